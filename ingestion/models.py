@@ -1,0 +1,42 @@
+"""The inbox of Evolution events: one row per distinct event, whichever channel saw it first."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Channel(models.TextChoices):
+    WEBHOOK = "WEBHOOK", "Webhook"
+    RABBITMQ = "RABBITMQ", "RabbitMQ"
+
+
+class IngestionEvent(models.Model):
+    # SHA-256 of the event's stable identity (inbox.dedup_key): the unique index is the truth
+    # for dedup; the Redis lock in front of it is only a fast filter (design.md §3).
+    dedup_key = models.CharField(max_length=64, unique=True)
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    event = models.CharField(max_length=64)
+    instance_name = models.CharField(max_length=100, blank=True, default="")
+    key_id = models.CharField(max_length=64, blank=True, default="", help_text="WhatsApp message id")
+    payload = models.JSONField()
+    received_at = models.DateTimeField(default=timezone.now)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=40, blank=True, default="")
+    forward_attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "evolution_ingestion_events"
+        indexes = [
+            # ingestion.reconciler: unprocessed rows older than two minutes.
+            models.Index(
+                fields=["received_at"], name="ingest_unprocessed", condition=Q(processed_at__isnull=True)
+            ),
+            # handlers: receipts that arrived before the send that produced them was committed.
+            models.Index(fields=["key_id"], name="ingest_key_id", condition=~Q(key_id="")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.instance_name} {self.key_id} ({self.channel})"

@@ -1,0 +1,129 @@
+"""OpenAPI shapes for drf-spectacular: the answers and every error code, per endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
+from rest_framework import serializers
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Same key + same body within 24 h returns the first answer; another body → 409.",
+)
+
+ErrorBody = inline_serializer(
+    "Error",
+    {
+        "error": inline_serializer(
+            "ErrorDetail",
+            {
+                "code": serializers.CharField(),
+                "message": serializers.CharField(),
+                "details": serializers.DictField(),
+            },
+        )
+    },
+)
+
+AcceptedMessage = inline_serializer(
+    "AcceptedMessage",
+    {
+        "id": serializers.UUIDField(),
+        "status": serializers.CharField(),
+        "category": serializers.CharField(),
+        "to": serializers.CharField(),
+        "instance": serializers.CharField(),
+        "deliverUntil": serializers.DateTimeField(),
+        "createdAt": serializers.DateTimeField(),
+    },
+)
+
+_EVENT = inline_serializer(
+    "MessageEvent",
+    {
+        "type": serializers.CharField(),
+        "at": serializers.DateTimeField(),
+        "actor": serializers.CharField(allow_null=True),
+        "detail": serializers.DictField(),
+    },
+)
+
+_MESSAGE_FIELDS: dict[str, Any] = {
+    "id": serializers.UUIDField(),
+    "status": serializers.CharField(),
+    "failureReason": serializers.CharField(allow_null=True),
+    "failureDetail": serializers.CharField(allow_null=True),
+    "category": serializers.CharField(),
+    "priority": serializers.CharField(),
+    "environment": serializers.CharField(),
+    "to": serializers.CharField(),
+    "text": serializers.CharField(),
+    "instance": serializers.CharField(),
+    "attempts": serializers.IntegerField(),
+    "maxAttempts": serializers.IntegerField(),
+    "evolutionMessageId": serializers.CharField(allow_null=True),
+    "metadata": serializers.DictField(),
+    "deliverUntil": serializers.DateTimeField(),
+    "nextAttemptAt": serializers.DateTimeField(allow_null=True),
+    "createdAt": serializers.DateTimeField(),
+    "updatedAt": serializers.DateTimeField(),
+    "sentAt": serializers.DateTimeField(allow_null=True),
+    "serverAckAt": serializers.DateTimeField(allow_null=True),
+    "deliveredAt": serializers.DateTimeField(allow_null=True),
+    "readAt": serializers.DateTimeField(allow_null=True),
+    "failedAt": serializers.DateTimeField(allow_null=True),
+}
+Message = inline_serializer("Message", _MESSAGE_FIELDS)
+MessageDetail = inline_serializer("MessageDetail", {**_MESSAGE_FIELDS, "events": _EVENT.__class__(many=True)})
+MessagePage = inline_serializer(
+    "MessagePage", {"data": Message.__class__(many=True), "nextCursor": serializers.CharField(allow_null=True)}
+)
+InstanceList = inline_serializer(
+    "InstanceList",
+    {
+        "data": inline_serializer(
+            "Instance",
+            {
+                "name": serializers.CharField(),
+                "state": serializers.CharField(),
+                "priority": serializers.IntegerField(),
+                "stateChangedAt": serializers.DateTimeField(),
+            },
+            many=True,
+        )
+    },
+)
+OptIn = inline_serializer(
+    "OptIn",
+    {
+        "phone": serializers.CharField(),
+        "source": serializers.CharField(),
+        "createdAt": serializers.DateTimeField(),
+        "revokedAt": serializers.DateTimeField(allow_null=True),
+    },
+)
+
+ERROR_CODES = {
+    400: "invalid_request, invalid_json",
+    401: "unauthorized (missing, malformed or revoked key)",
+    403: "test_recipient_not_allowed, production_not_approved",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "idempotency_conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "unknown_instance, own_instance_required, no_instance_available, opt_in_required",
+    429: "rate_limited (see Retry-After)",
+    503: "unavailable",
+}
+
+
+def responses(ok_status: int, ok_body: Any, *error_statuses: int) -> dict[int, Any]:
+    result: dict[int, Any] = {ok_status: ok_body}
+    for code in error_statuses:
+        result[code] = OpenApiResponse(ErrorBody, description=f"error.code: {ERROR_CODES[code]}")
+    return result

@@ -1,0 +1,201 @@
+"""Client API views: parse, authorize, call one domain function, respond."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from pilot_status.api import ClientApiView
+
+from .. import opt_ins
+from ..accept import IdempotencyRaceLost, accept_message, find_idempotent_answer
+from ..errors import Rejected
+from ..models import Instance, Message, OptIn
+from ..representations import iso, message_body
+from . import schema
+from .serializers import MessageListQuerySerializer, OptInSerializer, SendMessageSerializer
+
+
+def _request_hash(raw: bytes) -> str:
+    # Same JSON, different spacing or key order, is the same request.
+    try:
+        canonical = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
+    except (ValueError, UnicodeDecodeError):
+        canonical = raw
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _replay(record: Any, request_hash: str) -> Response:
+    if record.request_hash != request_hash:
+        raise Rejected(
+            409,
+            "idempotency_conflict",
+            "This Idempotency-Key was already used with a different request body.",
+            {"idempotencyKey": record.key},
+        )
+    return Response(record.response, status=record.status_code, headers={"Idempotent-Replayed": "true"})
+
+
+class SendMessageView(ClientApiView):
+    @extend_schema(
+        operation_id="send_message",
+        request=SendMessageSerializer,
+        parameters=[schema.IDEMPOTENCY_KEY],
+        responses=schema.responses(202, schema.AcceptedMessage, 400, 401, 403, 409, 413, 415, 422, 429),
+    )
+    def post(self, request: Request) -> Response:
+        idempotency_key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None
+        request_hash = ""
+        if idempotency_key is not None:
+            if len(idempotency_key) > 255:
+                raise Rejected(400, "invalid_request", "Idempotency-Key must be at most 255 characters.")
+            request_hash = _request_hash(request._request.body)
+            record = find_idempotent_answer(self.project, idempotency_key)
+            if record is not None:
+                return _replay(record, request_hash)
+        serializer = SendMessageSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            body = accept_message(
+                self.project,
+                self.api_key,
+                self.api_key.environment,
+                serializer.to_request(),
+                idempotency_key,
+                request_hash,
+            )
+        except IdempotencyRaceLost:
+            record = find_idempotent_answer(self.project, idempotency_key or "")
+            assert record is not None
+            return _replay(record, request_hash)
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+def _encode_cursor(message: Message) -> str:
+    raw = f"{message.created_at.isoformat()}|{message.pk}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created, _, pk = base64.urlsafe_b64decode(padded).decode().partition("|")
+        at = parse_datetime(created)
+        if at is None or not pk:
+            raise ValueError
+        return at, pk
+    except ValueError as exc:
+        raise exceptions.ValidationError({"cursor": ["Invalid cursor."]}) from exc
+
+
+class MessageListView(ClientApiView):
+    @extend_schema(
+        operation_id="list_messages",
+        parameters=[MessageListQuerySerializer],
+        responses=schema.responses(200, schema.MessagePage, 400, 401, 429),
+    )
+    def get(self, request: Request) -> Response:
+        query = MessageListQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        rows = Message.objects.for_project(self.project).select_related("instance")
+        if "status" in params:
+            rows = rows.filter(status=params["status"])
+        if "category" in params:
+            rows = rows.filter(category=params["category"])
+        if "to" in params:
+            rows = rows.filter(to=params["to"])
+        if "createdAfter" in params:
+            rows = rows.filter(created_at__gte=params["createdAfter"])
+        if "createdBefore" in params:
+            rows = rows.filter(created_at__lt=params["createdBefore"])
+        if "cursor" in params:
+            at, pk = _decode_cursor(params["cursor"])
+            rows = rows.filter(Q(created_at__lt=at) | Q(created_at=at, pk__lt=pk))
+        limit = params["limit"]
+        page = list(rows.order_by("-created_at", "-pk")[: limit + 1])
+        has_more = len(page) > limit
+        page = page[:limit]
+        return Response(
+            {
+                "data": [message_body(m) for m in page],
+                "nextCursor": _encode_cursor(page[-1]) if has_more else None,
+            }
+        )
+
+
+class MessageDetailView(ClientApiView):
+    @extend_schema(operation_id="get_message", responses=schema.responses(200, schema.MessageDetail, 401, 404, 429))
+    def get(self, request: Request, message_id: str) -> Response:
+        message = (
+            Message.objects.for_project(self.project).select_related("instance").filter(pk=message_id).first()
+        )
+        if message is None:
+            raise exceptions.NotFound()
+        return Response(message_body(message, list(message.events.all())))
+
+
+class InstanceListView(ClientApiView):
+    @extend_schema(operation_id="list_instances", responses=schema.responses(200, schema.InstanceList, 401, 429))
+    def get(self, request: Request) -> Response:
+        rows = Instance.objects.filter(project=self.project).order_by("priority", "pk")
+        return Response(
+            {
+                "data": [
+                    {
+                        "name": i.name,
+                        "state": i.connection_state,
+                        "priority": i.priority,
+                        "stateChangedAt": iso(i.state_changed_at),
+                    }
+                    for i in rows
+                ]
+            }
+        )
+
+
+def _opt_in_body(opt_in: OptIn) -> dict[str, Any]:
+    return {
+        "phone": opt_in.phone,
+        "source": opt_in.source,
+        "createdAt": iso(opt_in.created_at),
+        "revokedAt": iso(opt_in.revoked_at),
+    }
+
+
+class OptInListView(ClientApiView):
+    @extend_schema(
+        operation_id="record_opt_in",
+        request=OptInSerializer,
+        responses=schema.responses(201, schema.OptIn, 400, 401, 415, 429),
+    )
+    def post(self, request: Request) -> Response:
+        serializer = OptInSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        opt_in = opt_ins.record(
+            self.project, serializer.validated_data["phone"], serializer.validated_data["source"], self.api_key
+        )
+        return Response(_opt_in_body(opt_in), status=status.HTTP_201_CREATED)
+
+
+class OptInDetailView(ClientApiView):
+    @extend_schema(
+        operation_id="revoke_opt_in",
+        parameters=[OpenApiParameter("phone", str, OpenApiParameter.PATH, description="E.164, + may be %2B")],
+        responses=schema.responses(200, schema.OptIn, 401, 404, 429),
+    )
+    def delete(self, request: Request, phone: str) -> Response:
+        opt_in = opt_ins.revoke(self.project, phone, self.api_key)
+        if opt_in is None:
+            raise exceptions.NotFound("No live opt-in for this phone.")
+        return Response(_opt_in_body(opt_in))

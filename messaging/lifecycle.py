@@ -1,0 +1,133 @@
+"""Transitions that span models: failing into the dead-letter queue, waiting, retrying, sent.
+
+Each is a compare-and-set on the message's status (and on the worker's lease where a worker acts),
+so that two workers, a worker and a reconciler, or a replayed task can never both win.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import django.dispatch
+from django.db import transaction
+from django.utils import timezone
+
+from .accept import enqueue
+from .models import DeadLetter, EventKind, Message, Status
+
+# Sent after a message's Evolution id is committed: receipts that raced ahead of the send
+# (ingestion stores them) can now be applied. Ingestion listens; the domain does not import it.
+message_sent = django.dispatch.Signal()
+
+
+def fail(
+    message: Message,
+    reason: str,
+    detail: str,
+    response: Any = None,
+    from_statuses: tuple[str, ...] = (Status.QUEUED, Status.SENDING),
+    lease_token: uuid.UUID | None = None,
+    extra_update: dict[str, Any] | None = None,
+) -> bool:
+    """FAILED with a reason, a timeline entry and a dead letter, in one transaction."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows = Message.objects.filter(pk=message.pk, status__in=from_statuses)
+        if lease_token is not None:
+            rows = rows.filter(lease_token=lease_token)
+        changed = rows.update(
+            status=Status.FAILED,
+            failure_reason=reason,
+            failure_detail=detail[:2000],
+            failed_at=now,
+            updated_at=now,
+            lease_token=None,
+            lease_expires_at=None,
+            last_gateway_response=response,
+            **(extra_update or {}),
+        )
+        if not changed:
+            return False
+        message.refresh_from_db()
+        message.record(EventKind.FAILED, reason=reason, detail=detail[:500])
+        DeadLetter.objects.update_or_create(
+            message=message,
+            defaults={
+                "project_id": message.project_id,
+                "reason": reason,
+                "detail": detail[:2000],
+                "last_gateway_response": response,
+                "attempts": message.attempts,
+                "status": "OPEN",
+                "resolved_by": "",
+                "resolved_at": None,
+            },
+        )
+        message.record(EventKind.DEAD_LETTERED, reason=reason)
+    return True
+
+
+def requeue(
+    message: Message,
+    lease_token: uuid.UUID | None,
+    available_at: datetime,
+    kind: str,
+    consume_attempt: bool,
+    detail: dict[str, Any],
+    extra_update: dict[str, Any] | None = None,
+) -> bool:
+    """SENDING → QUEUED with a due time: a retry (attempt used) or a wait (no attempt used)."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows = Message.objects.filter(pk=message.pk, status=Status.SENDING)
+        if lease_token is not None:
+            rows = rows.filter(lease_token=lease_token)
+        update: dict[str, Any] = {
+            "status": Status.QUEUED,
+            "next_attempt_at": available_at,
+            "lease_token": None,
+            "lease_expires_at": None,
+            "updated_at": now,
+            **(extra_update or {}),
+        }
+        changed = rows.update(**update)
+        if not changed:
+            return False
+        message.refresh_from_db()
+        message.record(kind, next_attempt_at=available_at.isoformat(), **detail)
+        enqueue(message, available_at)
+    return True
+
+
+def mark_sent(
+    message: Message,
+    lease_token: uuid.UUID | None,
+    evolution_message_id: str,
+    remote_jid: str,
+    attempt_detail: dict[str, Any],
+    extra_update: dict[str, Any] | None = None,
+) -> bool:
+    now = timezone.now()
+    with transaction.atomic():
+        rows = Message.objects.filter(pk=message.pk, status=Status.SENDING)
+        if lease_token is not None:
+            rows = rows.filter(lease_token=lease_token)
+        changed = rows.update(
+            status=Status.SENT,
+            sent_at=now,
+            updated_at=now,
+            evolution_message_id=evolution_message_id,
+            remote_jid=remote_jid,
+            lease_token=None,
+            lease_expires_at=None,
+            last_gateway_response=attempt_detail,
+            **(extra_update or {}),
+        )
+        if not changed:
+            return False
+        message.refresh_from_db()
+        message.record(EventKind.STATUS, status=Status.SENT, evolutionMessageId=evolution_message_id)
+    message_sent.send(sender=Message, message=message)
+    return True

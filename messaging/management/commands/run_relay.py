@@ -1,0 +1,72 @@
+"""Long-running outbox relay: wakes on LISTEN/NOTIFY, polls as a fallback, exits cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
+
+from messaging import dispatch
+from messaging.accept import OUTBOX_CHANNEL
+
+log = logging.getLogger("messaging.relay")
+
+
+class Command(BaseCommand):
+    help = "Move due outbox entries to the lane queues."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--once", action="store_true", help="release what is due and exit")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["once"]:
+            self.stdout.write(str(dispatch.release_all_due(settings.RELAY_BATCH_SIZE)))
+            return
+        self.stopping = False
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        log.info("relay started")
+        listener: psycopg.Connection[Any] | None = None
+        while not self.stopping:
+            try:
+                if listener is None or listener.closed:
+                    listener = self._listen()
+                dispatch.release_all_due(settings.RELAY_BATCH_SIZE)
+                self._wait(listener)
+            except (DatabaseError, psycopg.Error) as exc:
+                log.warning("relay: database unavailable (%s); retrying", exc.__class__.__name__)
+                listener = None
+                close_old_connections()
+                dispatch.close_connection_if_broken()
+                time.sleep(1)
+            except Exception:
+                # Broker down or anything else: the rows stay in the outbox; try again shortly.
+                log.exception("relay: release failed; retrying")
+                time.sleep(1)
+        log.info("relay stopped")
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def _listen(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(settings.DATABASE_URL, autocommit=True, connect_timeout=3)
+        conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
+        return conn
+
+    def _wait(self, listener: psycopg.Connection[Any]) -> None:
+        timeout = settings.RELAY_POLL_SECONDS
+        due = dispatch.next_due_at()
+        if due is not None:
+            timeout = max(0.0, min(timeout, (due - timezone.now()).total_seconds()))
+        if timeout <= 0:
+            return
+        # Any notification means new due work; drain the burst and go release it.
+        for _ in listener.notifies(timeout=timeout, stop_after=1):
+            break

@@ -1,0 +1,92 @@
+"""`make run`: create (once) a demo project with instances on the simulator, print keys and a curl line."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from messaging import operators
+from messaging.models import ApiKey, Environment, Instance, Project
+
+DEMO_NAME = "Demo project"
+DEMO_NUMBER = "+5511999990000"
+OWN_INSTANCE = "demo-instance"
+OFFICIAL_INSTANCE = "pilot-status-official"
+
+
+class Command(BaseCommand):
+    help = "Create the demo project once and write the simulator's instance list."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--state-dir", default=str(settings.BASE_DIR / ".state"))
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        state_dir = Path(options["state_dir"])
+        state_dir.mkdir(parents=True, exist_ok=True)
+        saved_path = state_dir / "demo.json"
+        saved: dict[str, Any] = json.loads(saved_path.read_text()) if saved_path.exists() else {}
+
+        project = Project.objects.filter(pk=saved.get("project_id"), name=DEMO_NAME).first()
+        if project is None:
+            created = operators.create_project(DEMO_NAME, DEMO_NUMBER, production_approved=True)
+            project = Project.objects.get(pk=created["project_id"])
+            saved = {**created, "tokens": {}}
+        elif not saved.get("test_api_key") or not ApiKey.objects.filter(project=project, revoked_at__isnull=True).exists():
+            # Keys are stored hashed; if the local copy is gone, issue fresh ones.
+            _, saved["test_api_key"] = ApiKey.issue(project, Environment.TEST)
+            _, saved["live_api_key"] = ApiKey.issue(project, Environment.LIVE)
+
+        tokens: dict[str, str] = saved.setdefault("tokens", {})
+        for name, project_id, official in ((OWN_INSTANCE, project.pk, False), (OFFICIAL_INSTANCE, None, True)):
+            if not Instance.objects.filter(name=name).exists():
+                tokens[name] = str(uuid.uuid4()).upper()
+                operators.add_instance(name, project_id, official=official, priority=10, token=tokens[name])
+            tokens.setdefault(name, secrets.token_hex(8))
+        saved_path.write_text(json.dumps(saved, indent=2))
+        saved_path.chmod(0o600)
+
+        webhook_url = f"http://127.0.0.1:{settings.PORT}/api/internal/webhook"
+        preload = []
+        for instance in Instance.objects.filter(name__in=[OWN_INSTANCE, OFFICIAL_INSTANCE]):
+            preload.append(
+                {
+                    "name": instance.name,
+                    "token": tokens[instance.name],
+                    "state": "open",
+                    "webhook": {
+                        "enabled": True,
+                        "url": webhook_url,
+                        "byEvents": False,
+                        "headers": {"x-webhook-token": instance.webhook_token},
+                        "events": [],
+                    },
+                    "rabbitmq": {"enabled": False, "events": []},
+                }
+            )
+        (state_dir / "simulator-instances.json").write_text(json.dumps(preload, indent=2))
+
+        base = f"http://127.0.0.1:{settings.PORT}"
+        body = json.dumps({"to": DEMO_NUMBER, "category": "OTP", "text": "Your code is {{code}}", "variables": {"code": "123456"}})
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    f"Demo project #{project.pk} ({DEMO_NAME}); test number {DEMO_NUMBER}",
+                    f"  TEST key: {saved['test_api_key']}",
+                    f"  LIVE key: {saved['live_api_key']}",
+                    f"  instances: {OWN_INSTANCE} (the project's), {OFFICIAL_INSTANCE} (official Pilot Status)",
+                    "Send a message:",
+                    f"  curl -s -X POST {base}/v1/messages/send -H 'Authorization: Bearer {saved['test_api_key']}' "
+                    f"-H 'Content-Type: application/json' -d '{body}'",
+                    "Then: curl -s -H 'Authorization: Bearer <key>' " + base + "/v1/messages/<id>",
+                    f"Admin: {base}/admin/ (python manage.py createsuperuser)   API docs: {base}/v1/docs/",
+                    "",
+                ]
+            )
+        )

@@ -1,0 +1,387 @@
+"""The messaging domain: tenants, keys, instances, messages, their timeline, the outbox, dead letters.
+
+Status changes are compare-and-set UPDATEs that only move forward (design.md §3); each one
+writes a MessageEvent so that the timeline is the audit trail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from .querysets import MessageQuerySet, ProjectScopedQuerySet
+
+
+class Environment(models.TextChoices):
+    TEST = "TEST", "Test"
+    LIVE = "LIVE", "Live"
+
+
+class Category(models.TextChoices):
+    OTP = "OTP", "OTP"
+    UTILITY = "UTILITY", "Utility"
+    MARKETING = "MARKETING", "Marketing"
+
+
+class Priority(models.TextChoices):
+    NORMAL = "normal", "Normal"
+    URGENT = "urgent", "Urgent"
+
+
+class Status(models.TextChoices):
+    QUEUED = "QUEUED", "Queued"
+    SENDING = "SENDING", "Sending"
+    SENT = "SENT", "Sent"
+    SERVER_ACK = "SERVER_ACK", "Server ack"
+    DELIVERED = "DELIVERED", "Delivered"
+    READ = "READ", "Read"
+    FAILED = "FAILED", "Failed"
+
+
+# Delivery progress only moves right. FAILED is terminal except through a force resend.
+PROGRESS = [Status.SENT, Status.SERVER_ACK, Status.DELIVERED, Status.READ]
+
+
+def statuses_before(status: str) -> list[str]:
+    """Statuses from which `status` is a forward move (used by compare-and-set updates)."""
+    order = [Status.QUEUED, Status.SENDING, *PROGRESS]
+    return [s.value for s in order[: order.index(Status(status))]]
+
+
+class FailureReason(models.TextChoices):
+    INSTANCE_NOT_FOUND = "INSTANCE_NOT_FOUND", "Instance not found on Evolution"
+    INVALID_RECIPIENT = "INVALID_RECIPIENT", "Number is not on WhatsApp"
+    RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED", "Retries exhausted"
+    EXPIRED = "EXPIRED", "deliverUntil passed before a send succeeded"
+    REJECTED = "REJECTED", "Rejected by WhatsApp"
+
+
+class ConnectionState(models.TextChoices):
+    OPEN = "open", "open"
+    CONNECTING = "connecting", "connecting"
+    CLOSE = "close", "close"
+
+
+def hash_secret(raw: str) -> str:
+    # API keys and tokens are long random strings: a fast hash is enough and keeps lookups O(1).
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200)
+    production_approved = models.BooleanField(default=False)
+    test_number = models.CharField(max_length=20, help_text="E.164 number allowed in TEST")
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="projects")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+
+class ApiKey(models.Model):
+    PREFIXES = {Environment.TEST: "ps_test_", Environment.LIVE: "ps_live_"}
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_keys")
+    environment = models.CharField(max_length=4, choices=Environment.choices)
+    # Only the hash is stored; `display_prefix` lets people recognise a key in admin.
+    key_hash = models.CharField(max_length=64, unique=True)
+    display_prefix = models.CharField(max_length=20)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.display_prefix}… ({self.environment})"
+
+    @classmethod
+    def issue(cls, project: Project, environment: str) -> tuple[ApiKey, str]:
+        """Create a key and return it with its raw value, which is never stored."""
+        raw = cls.PREFIXES[Environment(environment)] + secrets.token_urlsafe(24)
+        key = cls.objects.create(
+            project=project,
+            environment=environment,
+            key_hash=hash_secret(raw),
+            display_prefix=raw[:12],
+        )
+        return key, raw
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def revoke(self) -> bool:
+        return bool(
+            ApiKey.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        )
+
+
+class Instance(models.Model):
+    """One WhatsApp number connected on Evolution API."""
+
+    name = models.CharField(max_length=100, unique=True, help_text="Evolution instance name")
+    project = models.ForeignKey(
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="instances",
+        help_text="Empty: a Pilot Status instance",
+    )
+    is_official = models.BooleanField(default=False, help_text="The official Pilot Status number")
+    priority = models.IntegerField(default=100, help_text="Fallback order: lower goes first")
+    connection_state = models.CharField(
+        max_length=12, choices=ConnectionState.choices, default=ConnectionState.OPEN
+    )
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    # The webhook token is derived from SECRET_KEY and this salt, so no usable secret sits in
+    # the database (issue 8, S5); the Evolution instance token is kept only as a hash.
+    token_salt = models.CharField(max_length=32, default="", blank=True)
+    evolution_token_hash = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["priority", "pk"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_pilot_status(self) -> bool:
+        return self.project_id is None
+
+    @property
+    def webhook_token(self) -> str:
+        material = f"webhook-token:{self.name}:{self.token_salt}".encode()
+        return hmac.new(settings.SECRET_KEY.encode(), material, hashlib.sha256).hexdigest()
+
+    def check_webhook_token(self, candidate: str) -> bool:
+        return hmac.compare_digest(self.webhook_token, candidate)
+
+    def check_evolution_token(self, candidate: str) -> bool:
+        if not self.evolution_token_hash:
+            return False
+        return hmac.compare_digest(self.evolution_token_hash, hash_secret(candidate))
+
+    def set_connection_state(self, state: str) -> bool:
+        """Record the state Evolution reports; True when it changed."""
+        changed = Instance.objects.filter(pk=self.pk).exclude(connection_state=state).update(
+            connection_state=state, state_changed_at=timezone.now()
+        )
+        if changed:
+            self.connection_state = state
+        return bool(changed)
+
+
+class OptIn(models.Model):
+    """A recipient's transactional consent for one project. Revocation keeps the row (history)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="opt_ins")
+    phone = models.CharField(max_length=20)
+    source = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.CharField(max_length=40, blank=True, default="")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=40, blank=True, default="")
+
+    objects = ProjectScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # One live consent per recipient; rules.check_opt_in queries through it.
+            models.UniqueConstraint(
+                fields=["project", "phone"],
+                condition=Q(revoked_at__isnull=True),
+                name="one_live_opt_in_per_phone",
+            )
+        ]
+
+
+class Message(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="messages")
+    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
+    environment = models.CharField(max_length=4, choices=Environment.choices)
+    category = models.CharField(max_length=10, choices=Category.choices)
+    priority = models.CharField(max_length=6, choices=Priority.choices, default=Priority.NORMAL)
+    to = models.CharField(max_length=20)
+    template = models.TextField()
+    variables = models.JSONField(default=dict, blank=True)
+    text = models.TextField(help_text="The template with its variables applied")
+    metadata = models.JSONField(default=dict, blank=True)
+    instance = models.ForeignKey(Instance, on_delete=models.PROTECT, related_name="messages")
+    requested_instance = models.CharField(max_length=100, blank=True, default="")
+
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    failure_reason = models.CharField(max_length=20, choices=FailureReason.choices, blank=True, default="")
+    failure_detail = models.TextField(blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=10)
+    deliver_until = models.DateTimeField()
+    # The due time of the next release lives here, not in Celery (design.md §2).
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    lease_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Set when an attempt's answer was lost (timeout after sending): the next attempt first asks
+    # Evolution whether that one went out, so a lost answer never becomes a duplicate message.
+    unconfirmed_attempt_at = models.DateTimeField(null=True, blank=True)
+    evolution_message_id = models.CharField(max_length=64, blank=True, default="")
+    remote_jid = models.CharField(max_length=80, blank=True, default="")
+    last_gateway_response = models.JSONField(null=True, blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    server_ack_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # GET /v1/messages lists a project's messages newest first.
+            models.Index(fields=["project", "-created_at"], name="msg_project_created"),
+            # ingestion.handlers matches receipts by Evolution's keyId.
+            models.Index(
+                fields=["evolution_message_id"],
+                name="msg_evolution_id",
+                condition=~Q(evolution_message_id=""),
+            ),
+            # reconciler: QUEUED/SENDING rows (expired leases, lost dispatches, past deliver_until).
+            models.Index(
+                fields=["status", "deliver_until"],
+                name="msg_unfinished",
+                condition=Q(status__in=["QUEUED", "SENDING"]),
+            ),
+            # status_sync: SENT/SERVER_ACK rows waiting for a DELIVERY_ACK.
+            models.Index(
+                fields=["status", "sent_at"],
+                name="msg_awaiting_ack",
+                condition=Q(status__in=["SENT", "SERVER_ACK"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.category} → {self.to} [{self.status}]"
+
+    @property
+    def lane(self) -> str:
+        return self.category.lower()
+
+    def record(self, kind: str, actor: str = "", **detail: Any) -> MessageEvent:
+        return MessageEvent.objects.create(message=self, kind=kind, actor=actor, detail=detail)
+
+    def advance(self, status: str, at: datetime | None = None, **detail: Any) -> bool:
+        """Move delivery progress forward (SENT..READ); a late or repeated receipt changes nothing."""
+        at = at or timezone.now()
+        stamp = {
+            Status.SENT: "sent_at",
+            Status.SERVER_ACK: "server_ack_at",
+            Status.DELIVERED: "delivered_at",
+            Status.READ: "read_at",
+        }[Status(status)]
+        changed = Message.objects.filter(pk=self.pk, status__in=statuses_before(status)).update(
+            status=status, updated_at=at, **{stamp: at}
+        )
+        if changed:
+            self.status = status
+            setattr(self, stamp, at)
+            self.record(EventKind.STATUS, status=status, **detail)
+        return bool(changed)
+
+
+class EventKind(models.TextChoices):
+    ACCEPTED = "ACCEPTED", "Accepted"
+    DISPATCHED = "DISPATCHED", "Released to its lane"
+    ATTEMPT = "ATTEMPT", "Send attempt"
+    WAITING = "WAITING", "Waiting (no attempt used)"
+    REROUTED = "REROUTED", "Re-routed to another instance"
+    STATUS = "STATUS", "Status change"
+    FAILED = "FAILED", "Failed"
+    DEAD_LETTERED = "DEAD_LETTERED", "Dead-lettered"
+    RESENT = "RESENT", "Force resend"
+    DISMISSED = "DISMISSED", "Dismissed"
+    RECOVERED = "RECOVERED", "Recovered by a reconciler"
+
+
+class MessageEvent(models.Model):
+    """One line of a message's timeline."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=16, choices=EventKind.choices)
+    actor = models.CharField(max_length=150, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        indexes = [models.Index(fields=["message", "created_at"], name="event_timeline")]
+
+
+class OutboxEntry(models.Model):
+    """Work that is due (or will be due at `available_at`) for the relay to hand to a lane."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="outbox_entries")
+    project_id_copy = models.BigIntegerField(help_text="Denormalised for fair release per project")
+    lane = models.CharField(max_length=10)
+    priority = models.SmallIntegerField(default=0, help_text="Higher is released first")
+    available_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # dispatch.release_due: due rows per lane, oldest first.
+            models.Index(fields=["lane", "available_at"], name="outbox_due"),
+        ]
+
+
+class DeadLetterStatus(models.TextChoices):
+    OPEN = "OPEN", "Open"
+    RESENT = "RESENT", "Resent"
+    DISMISSED = "DISMISSED", "Dismissed"
+
+
+class DeadLetter(models.Model):
+    """A FAILED message waiting for a person: review the reason, then force resend or dismiss."""
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="dead_letter")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="dead_letters")
+    reason = models.CharField(max_length=20, choices=FailureReason.choices)
+    detail = models.TextField(blank=True, default="")
+    last_gateway_response = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=DeadLetterStatus.choices, default=DeadLetterStatus.OPEN)
+    resolved_by = models.CharField(max_length=150, blank=True, default="")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ProjectScopedQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "status", "-created_at"], name="dlq_project_status")]
+
+
+class IdempotencyRecord(models.Model):
+    """The first answer given for an Idempotency-Key, replayed for 24 h (contract §3)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE)
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "key"], name="one_answer_per_key")]

@@ -1,0 +1,119 @@
+"""The message reconciler (celery-beat): every stuck state has someone who finds it (design.md §6).
+
+- a lease that expired (the worker died mid-send) → QUEUED, and the next attempt first checks
+  whether the dead worker's send went out;
+- a QUEUED message released to the broker that no worker ever claimed (the broker lost it) →
+  released again;
+- a QUEUED message past deliverUntil → FAILED EXPIRED with a dead letter;
+- Idempotency-Key answers older than 24 h → deleted.
+Each pass is bounded (batch size) so that a huge backlog never makes one beat tick run forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from . import lifecycle
+from .accept import IDEMPOTENCY_TTL, enqueue
+from .models import EventKind, FailureReason, IdempotencyRecord, Message, OutboxEntry, Status
+
+# How long a released message may sit unclaimed before we assume the broker lost it. Generous
+# for marketing, whose queue is deep by design; tight for OTP, whose 2-minute life is short.
+LOST_DISPATCH_AFTER = {
+    "otp": timedelta(seconds=15),
+    "utility": timedelta(seconds=60),
+    "marketing": timedelta(minutes=10),
+}
+BATCH = 500
+
+
+@dataclass
+class Report:
+    leases_recovered: int = 0
+    redispatched: int = 0
+    expired: int = 0
+    idempotency_pruned: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.leases_recovered + self.redispatched + self.expired
+
+
+def recover_expired_leases(limit: int = BATCH) -> int:
+    now = timezone.now()
+    recovered = 0
+    for message in Message.objects.filter(status=Status.SENDING, lease_expires_at__lt=now)[:limit]:
+        # The dead worker may have reached Evolution: mark the attempt unconfirmed.
+        if lifecycle.requeue(
+            message,
+            message.lease_token,
+            now,
+            EventKind.RECOVERED,
+            consume_attempt=False,
+            detail={"why": "lease expired (worker died or hung)"},
+            extra_update={"unconfirmed_attempt_at": message.lease_expires_at - timedelta(minutes=5)},
+        ):
+            recovered += 1
+    return recovered
+
+
+def redispatch_lost(limit: int = BATCH) -> int:
+    now = timezone.now()
+    released = 0
+    for lane, after in LOST_DISPATCH_AFTER.items():
+        candidates = (
+            Message.objects.filter(
+                status=Status.QUEUED,
+                category=lane.upper(),
+                dispatched_at__lt=now - after,
+                next_attempt_at__lt=now - after,
+                deliver_until__gt=now,
+            )
+            .exclude(pk__in=OutboxEntry.objects.values("message_id"))
+            .order_by("next_attempt_at")[:limit]
+        )
+        for message in candidates:
+            with transaction.atomic():
+                # Clearing dispatched_at under a status check makes a concurrent pass a no-op.
+                if Message.objects.filter(pk=message.pk, status=Status.QUEUED, dispatched_at=message.dispatched_at).update(
+                    dispatched_at=None
+                ):
+                    message.record(EventKind.RECOVERED, why="released but never claimed")
+                    enqueue(message, now)
+                    released += 1
+    return released
+
+
+def expire_overdue(limit: int = BATCH) -> int:
+    now = timezone.now()
+    expired = 0
+    for message in Message.objects.filter(status=Status.QUEUED, deliver_until__lte=now)[:limit]:
+        if lifecycle.fail(
+            message,
+            FailureReason.EXPIRED,
+            "deliverUntil passed before a send succeeded",
+            response=message.last_gateway_response,
+            from_statuses=(Status.QUEUED,),
+        ):
+            OutboxEntry.objects.filter(message=message).delete()
+            expired += 1
+    return expired
+
+
+def prune_idempotency(limit: int = 5000) -> int:
+    cutoff = timezone.now() - IDEMPOTENCY_TTL
+    ids = list(IdempotencyRecord.objects.filter(created_at__lt=cutoff).values_list("pk", flat=True)[:limit])
+    return IdempotencyRecord.objects.filter(pk__in=ids).delete()[0]
+
+
+def run_batch() -> Report:
+    return Report(
+        leases_recovered=recover_expired_leases(),
+        redispatched=redispatch_lost(),
+        expired=expire_overdue(),
+        idempotency_pruned=prune_idempotency(),
+    )

@@ -1,0 +1,123 @@
+"""The checks of the sending funnel (seeds.md A), as plain functions.
+
+Each takes what it judges and returns the contract's error code, or None when the check passes.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import phonenumbers
+from django.db.models import Case, IntegerField, Value, When
+
+from .models import Category, ConnectionState, Environment, Instance, OptIn, Project
+
+DEFAULT_TTL = {
+    Category.OTP: timedelta(minutes=2),
+    Category.UTILITY: timedelta(hours=1),
+    Category.MARKETING: timedelta(hours=4),
+}
+# The longest deliverUntil a client may ask for: an OTP that arrives after ten minutes is
+# worse than a visible failure; marketing may wait a day, no more.
+MAX_TTL = {
+    Category.OTP: timedelta(minutes=10),
+    Category.UTILITY: timedelta(hours=24),
+    Category.MARKETING: timedelta(hours=72),
+}
+
+VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
+
+
+def deliver_until_for(category: str, now: datetime) -> datetime:
+    return now + DEFAULT_TTL[Category(category)]
+
+
+def check_deliver_until(category: str, deliver_until: datetime, now: datetime) -> str | None:
+    if deliver_until <= now:
+        return "deliver_until_in_past"
+    if deliver_until - now > MAX_TTL[Category(category)]:
+        return "deliver_until_too_far"
+    return None
+
+
+def normalize_phone(raw: str) -> str | None:
+    """E.164 form of a number given in international format, or None when it is not valid."""
+    candidate = raw.strip()
+    if not candidate.startswith("+"):
+        return None
+    try:
+        parsed = phonenumbers.parse(candidate, None)
+    except phonenumbers.NumberParseException:
+        return None
+    if not phonenumbers.is_valid_number(parsed):
+        return None
+    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def missing_variables(template: str, variables: dict[str, object]) -> list[str]:
+    return sorted({name for name in VARIABLE.findall(template) if name not in variables})
+
+
+def render(template: str, variables: dict[str, object]) -> str:
+    return VARIABLE.sub(lambda m: str(variables[m.group(1)]), template)
+
+
+def check_environment(project: Project, environment: str, to: str) -> str | None:
+    if environment == Environment.TEST and to != project.test_number:
+        return "test_recipient_not_allowed"
+    if environment == Environment.LIVE and not project.production_approved:
+        return "production_not_approved"
+    return None
+
+
+def has_live_opt_in(project: Project, phone: str) -> bool:
+    return OptIn.objects.filter(project=project, phone=phone, revoked_at__isnull=True).exists()
+
+
+def _open_first(queryset):  # type: ignore[no-untyped-def]
+    return queryset.annotate(
+        _closed=Case(
+            When(connection_state=ConnectionState.OPEN, then=Value(0)),
+            default=Value(1),
+            output_field=IntegerField(),
+        )
+    ).order_by("_closed", "priority", "pk")
+
+
+def resolve_instance(
+    project: Project, category: str, requested: str | None, opted_in: bool
+) -> tuple[Instance | None, str | None]:
+    """Choose the instance a message goes through (contract §3), or say why none may be used."""
+    own = Instance.objects.filter(project=project)
+    if requested:
+        instance = own.filter(name=requested).first()
+        if instance is None:
+            return None, "unknown_instance"
+        return instance, None
+    if category == Category.MARKETING:
+        instance = _open_first(own).first()
+        return (instance, None) if instance else (None, "own_instance_required")
+    shared = Instance.objects.filter(project__isnull=True)
+    if category == Category.OTP and not opted_in:
+        # Without consent an OTP may only go through the official number (seeds A).
+        official = _open_first(shared.filter(is_official=True)).first()
+        if official is not None:
+            return official, None
+    own_open = own.filter(connection_state=ConnectionState.OPEN).order_by("priority", "pk").first()
+    if own_open is not None:
+        return own_open, None
+    default = _open_first(shared).first()
+    if default is not None:
+        return default, None
+    # No open instance anywhere: keep the project's own (it will wait for a reconnect).
+    fallback = _open_first(own).first()
+    return (fallback, None) if fallback else (None, "no_instance_available")
+
+
+def check_opt_in(category: str, instance: Instance, opted_in: bool) -> str | None:
+    if opted_in:
+        return None
+    if category == Category.OTP and instance.is_official:
+        return None
+    return "opt_in_required"

@@ -1,0 +1,165 @@
+"""One send attempt for one message: claim the lease, ask the gateway, record what happened.
+
+`send_one` is the whole unit of work behind the lane task; it is safe to run twice (the second
+run finds nothing to claim) and returns what it did, so tests call it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from .. import lifecycle
+from ..models import EventKind, FailureReason, Instance, Message, Status
+from . import backoff, gateway
+
+log = logging.getLogger(__name__)
+
+# How long a message waits before re-checking an instance that is not connected. It consumes no
+# attempt; deliverUntil still bounds the total wait (the reconciler expires it).
+DISCONNECTED_WAIT = timedelta(seconds=5)
+# A 401 from Evolution is our configuration, not the message's fault: wait, shout, burn nothing.
+MISCONFIGURED_WAIT = timedelta(seconds=30)
+
+CLAIMED = "claimed"
+NOTHING_TO_CLAIM = "nothing_to_claim"
+
+
+def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
+    """QUEUED → SENDING with a lease; None when another worker has it or it is not due."""
+    now = timezone.now()
+    token = uuid.uuid4()
+    claimed = Message.objects.filter(
+        pk=message_id,
+        status=Status.QUEUED,
+        # One second of slack for clock skew between the relay's host and this one.
+        next_attempt_at__lte=now + timedelta(seconds=1),
+    ).update(
+        status=Status.SENDING,
+        lease_token=token,
+        lease_expires_at=now + timedelta(seconds=settings.SEND_LEASE_SECONDS),
+        updated_at=now,
+    )
+    if not claimed:
+        return None
+    message = Message.objects.select_related("instance", "project").get(pk=message_id)
+    return message, token
+
+
+def typing_delay_ms(text: str) -> int:
+    return min(len(text) * settings.TYPING_DELAY_MS_PER_CHAR, settings.TYPING_DELAY_MAX_MS)
+
+
+def send_one(message_id: str) -> str:
+    claimed = claim(message_id)
+    if claimed is None:
+        return NOTHING_TO_CLAIM
+    message, token = claimed
+    now = timezone.now()
+    if message.deliver_until <= now:
+        lifecycle.fail(
+            message, FailureReason.EXPIRED, "deliverUntil passed before a send succeeded", lease_token=token
+        )
+        return "expired"
+
+    if message.unconfirmed_attempt_at is not None:
+        found = _check_unconfirmed(message, token)
+        if found is not None:
+            return found
+
+    instance = message.instance
+    outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
+    return apply_outcome(message, token, instance, outcome)
+
+
+def _check_unconfirmed(message: Message, token: uuid.UUID) -> str | None:
+    """A previous answer was lost: if Evolution did send it, record SENT instead of sending again."""
+    assert message.unconfirmed_attempt_at is not None
+    try:
+        record = gateway.find_sent_message(
+            message.instance.name, message.to, message.text, message.unconfirmed_attempt_at.timestamp()
+        )
+    except gateway.CannotTell as exc:
+        retry_at = timezone.now() + timedelta(seconds=backoff.delay_for(1))
+        if retry_at >= message.deliver_until:
+            lifecycle.fail(message, FailureReason.EXPIRED, f"could not confirm the last attempt: {exc}", lease_token=token)
+            return "expired"
+        lifecycle.requeue(
+            message, token, retry_at, EventKind.WAITING, consume_attempt=False,
+            detail={"why": "cannot confirm whether the last attempt was sent", "error": str(exc)[:300]},
+        )
+        return "waiting"
+    if record is None:
+        return None
+    key = record.get("key") or {}
+    lifecycle.mark_sent(
+        message, token, str(key.get("id", "")), str(key.get("remoteJid", "")),
+        {"outcome": "sent", "confirmedBy": "findMessages"},
+        extra_update={"unconfirmed_attempt_at": None},
+    )
+    return "confirmed_sent"
+
+
+def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcome: gateway.Outcome) -> str:
+    now = timezone.now()
+    record = outcome.as_record()
+    if outcome.kind == gateway.SENT:
+        attempts = message.attempts + 1
+        message.record(EventKind.ATTEMPT, attempt=attempts, instance=instance.name, **record)
+        lifecycle.mark_sent(
+            message, token, outcome.message_id, outcome.remote_jid, record,
+            extra_update={"attempts": attempts, "unconfirmed_attempt_at": None},
+        )
+        return "sent"
+
+    if outcome.kind == gateway.DISCONNECTED:
+        instance.set_connection_state("close")
+        lifecycle.requeue(
+            message, token, now + DISCONNECTED_WAIT, EventKind.WAITING, consume_attempt=False,
+            detail={"why": "instance not connected", "instance": instance.name, **record},
+        )
+        return "waiting"
+
+    if outcome.kind == gateway.MISCONFIGURED:
+        log.error("Evolution refused our request for %s: %s", instance.name, outcome.detail)
+        lifecycle.requeue(
+            message, token, now + MISCONFIGURED_WAIT, EventKind.WAITING, consume_attempt=False,
+            detail={"why": "gateway configuration fault", **record},
+        )
+        return "waiting"
+
+    attempts = message.attempts + 1
+    message.record(EventKind.ATTEMPT, attempt=attempts, instance=instance.name, **record)
+    if outcome.kind == gateway.PERMANENT:
+        lifecycle.fail(
+            message, outcome.reason or FailureReason.REJECTED, outcome.detail, record,
+            lease_token=token, extra_update={"attempts": attempts},
+        )
+        return "failed"
+
+    # transient or unknown: an attempt is used; retry later if one fits.
+    extra = {"attempts": attempts}
+    if outcome.kind == gateway.UNKNOWN:
+        extra["unconfirmed_attempt_at"] = now - timedelta(seconds=settings.EVOLUTION_READ_TIMEOUT + 5)
+    if attempts >= message.max_attempts:
+        lifecycle.fail(
+            message, FailureReason.RETRIES_EXHAUSTED, f"{attempts} attempts failed; last: {outcome.detail}",
+            record, lease_token=token, extra_update=extra,
+        )
+        return "failed"
+    retry_at = backoff.next_attempt_at(attempts, now, message.deliver_until)
+    if retry_at is None:
+        lifecycle.fail(
+            message, FailureReason.EXPIRED, f"no retry fits before deliverUntil; last: {outcome.detail}",
+            record, lease_token=token, extra_update=extra,
+        )
+        return "failed"
+    lifecycle.requeue(
+        message, token, retry_at, EventKind.WAITING, consume_attempt=True,
+        detail={"why": "retry after a transient failure", "attempt": attempts}, extra_update=extra,
+    )
+    return "retry"

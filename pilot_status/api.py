@@ -1,0 +1,93 @@
+"""DRF base settings for every client endpoint, and the one exception handler (contract §3)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import DatabaseError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from messaging.api.authentication import ApiKeyAuthentication
+from messaging.api.permissions import HasProject
+from messaging.api.throttling import ApiKeyRateThrottle
+from messaging.errors import Rejected
+
+from .errors import error_body
+
+log = logging.getLogger(__name__)
+
+_CODES: list[tuple[type[Exception], str]] = [
+    (exceptions.NotAuthenticated, "unauthorized"),
+    (exceptions.AuthenticationFailed, "unauthorized"),
+    (exceptions.Throttled, "rate_limited"),
+    (exceptions.UnsupportedMediaType, "unsupported_media_type"),
+    (exceptions.ParseError, "invalid_json"),
+    (exceptions.ValidationError, "invalid_request"),
+    (exceptions.NotFound, "not_found"),
+    (exceptions.MethodNotAllowed, "method_not_allowed"),
+    (exceptions.PermissionDenied, "forbidden"),
+    (exceptions.NotAcceptable, "not_acceptable"),
+]
+
+
+def _message(exc: exceptions.APIException) -> str:
+    if isinstance(exc, exceptions.ValidationError):
+        return "The request body is not valid; see details.fields."
+    if isinstance(exc, exceptions.Throttled):
+        return "Too many requests for this API key; retry after the Retry-After seconds."
+    detail = exc.detail
+    return str(detail) if not isinstance(detail, (list, dict)) else exc.default_detail
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    if isinstance(exc, Rejected):
+        return Response(exc.as_body(), status=exc.status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    if isinstance(exc, DatabaseError):
+        log.warning("database unavailable: %s", exc)
+        return Response(
+            error_body("unavailable", "The service is temporarily unavailable; retry shortly."),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "5"},
+        )
+    if isinstance(exc, exceptions.APIException):
+        code = next((c for cls, c in _CODES if isinstance(exc, cls)), "error")
+        details: dict[str, Any] = {}
+        if isinstance(exc, exceptions.ValidationError):
+            details = {"fields": exc.detail}
+        headers: dict[str, str] = {}
+        if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+            headers["Retry-After"] = str(int(max(1, exc.wait)))
+            details = {"retryAfter": int(max(1, exc.wait))}
+        if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+            headers["WWW-Authenticate"] = "Bearer"
+            status_code = 401
+        else:
+            status_code = exc.status_code
+        return Response(error_body(code, _message(exc), details), status=status_code, headers=headers)
+    log.exception("unexpected error", exc_info=exc)
+    return Response(
+        error_body("internal_error", "Something went wrong on our side; it has been logged."),
+        status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+    )
+
+
+class ClientApiView(APIView):
+    """Auth, throttle and error shape shared by every /v1 endpoint (RTD APIv3Settings)."""
+
+    authentication_classes = [ApiKeyAuthentication]
+    permission_classes = [HasProject]
+    throttle_classes = [ApiKeyRateThrottle]
+
+    @property
+    def project(self) -> Any:
+        return self.request.auth.project
+
+    @property
+    def api_key(self) -> Any:
+        return self.request.auth

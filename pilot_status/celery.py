@@ -1,0 +1,63 @@
+"""The Celery app, its lanes and its beat entries: queue names live here and nowhere else."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
+
+app = Celery("pilot_status")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+# One queue per category so that a marketing blast never sits in front of an OTP (design.md §4).
+LANES = ("otp", "utility", "marketing")
+MAINTENANCE_QUEUE = "maintenance"
+SEND_TASK = "messaging.send_message"
+
+_exchange = Exchange("pilot_status", type="direct", durable=True)
+app.conf.task_queues = [Queue(name, _exchange, routing_key=name, durable=True) for name in LANES] + [
+    Queue(MAINTENANCE_QUEUE, _exchange, routing_key=MAINTENANCE_QUEUE, durable=True)
+]
+app.conf.task_default_queue = MAINTENANCE_QUEUE
+app.conf.task_default_exchange = "pilot_status"
+app.conf.task_default_routing_key = MAINTENANCE_QUEUE
+# Send tasks are routed per message by the relay (lane_for); everything else is maintenance.
+app.conf.task_routes = {
+    "messaging.reconcile_messages": {"queue": MAINTENANCE_QUEUE},
+    "messaging.sync_statuses": {"queue": MAINTENANCE_QUEUE},
+    "ingestion.reconcile_events": {"queue": MAINTENANCE_QUEUE},
+}
+
+
+def lane_for(category: str) -> str:
+    """The queue a message of this category is sent through."""
+    lane = category.lower()
+    if lane not in LANES:
+        raise ValueError(f"no lane for category {category!r}")
+    return lane
+
+
+# Each entry names its queue and expires: a beat tick that waited longer than its own period is
+# stale, and the next tick will do the same work (saleor CELERY_BEAT_SCHEDULE).
+app.conf.beat_schedule = {
+    "reconcile-messages": {
+        "task": "messaging.reconcile_messages",
+        "schedule": 10.0,
+        "options": {"queue": MAINTENANCE_QUEUE, "expires": 10},
+    },
+    "sync-statuses": {
+        "task": "messaging.sync_statuses",
+        "schedule": 60.0,
+        "options": {"queue": MAINTENANCE_QUEUE, "expires": 60},
+    },
+    "reconcile-ingestion": {
+        "task": "ingestion.reconcile_events",
+        "schedule": 300.0,
+        "options": {"queue": MAINTENANCE_QUEUE, "expires": 300},
+    },
+}
+
+app.autodiscover_tasks(["messaging", "messaging.sending", "ingestion"])

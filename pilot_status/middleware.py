@@ -1,0 +1,52 @@
+"""Outside DRF (unknown URL, wrong method on a plain view, crash): still the JSON error envelope."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from .errors import error_body
+
+log = logging.getLogger(__name__)
+
+JSON_PREFIXES = ("/v1/", "/api/")
+_TEXT = {
+    400: ("bad_request", "The request could not be understood."),
+    403: ("forbidden", "Forbidden."),
+    404: ("not_found", "No such resource."),
+    405: ("method_not_allowed", "This method is not allowed here."),
+    413: ("payload_too_large", "The request body is too large."),
+    500: ("internal_error", "Something went wrong on our side; it has been logged."),
+}
+
+
+class JsonErrorMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not request.path.startswith(JSON_PREFIXES) or response.status_code < 400:
+            return response
+        if response.get("Content-Type", "").startswith("application/json"):
+            return response
+        code, message = _TEXT.get(response.status_code, ("error", "Request failed."))
+        replaced = JsonResponse(error_body(code, message), status=response.status_code)
+        if response.has_header("Allow"):
+            replaced["Allow"] = response["Allow"]
+        return replaced
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not request.path.startswith(JSON_PREFIXES):
+            return None
+        if isinstance(exception, DatabaseError):
+            log.warning("database unavailable: %s", exception)
+            response = JsonResponse(error_body("unavailable", "Temporarily unavailable; retry shortly."), status=503)
+            response["Retry-After"] = "5"
+            return response
+        log.exception("unexpected error on %s", request.path, exc_info=exception)
+        code, message = _TEXT[500]
+        return JsonResponse(error_body(code, message), status=500)

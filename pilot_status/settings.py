@@ -1,0 +1,261 @@
+"""Settings, read from the environment only (contract.md §7).
+
+Every required value fails start-up loudly with the variable's name; there are no insecure
+defaults here. `make run` and `make test` supply development values (scripts/env.sh).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _raw(name: str) -> str | None:
+    # NAME_FILE lets secrets come from a mounted file (docker/k8s secrets).
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        try:
+            return Path(file_path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE: cannot read {file_path}: {exc}") from exc
+    return os.environ.get(name)
+
+
+def envstr(name: str, default: str | None = None) -> str:
+    value = _raw(name)
+    if value is None or value == "":
+        if default is None:
+            raise ImproperlyConfigured(f"{name} is required but not set")
+        return default
+    return value
+
+
+def envsecret(name: str, min_length: int = 16) -> str:
+    value = envstr(name)
+    if len(value) < min_length:
+        raise ImproperlyConfigured(f"{name} must be at least {min_length} characters")
+    return value
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = _raw(name)
+    if value is None or value == "":
+        return default
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {value!r}")
+
+
+def envint(name: str, default: int, minimum: int | None = None) -> int:
+    value = _raw(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from exc
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {number}")
+    return number
+
+
+def envfloat(name: str, default: float) -> float:
+    value = _raw(name)
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from exc
+
+
+def envurl(name: str, schemes: tuple[str, ...], default: str | None = None) -> str:
+    value = envstr(name, default)
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        raise ImproperlyConfigured(
+            f"{name} must be a URL with scheme {'/'.join(schemes)}, got {value!r}"
+        )
+    return value
+
+
+DEBUG = envbool("DEBUG", False)
+SECRET_KEY = envsecret("SECRET_KEY", min_length=32)
+ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS", "http://127.0.0.1,http://localhost").split(",")
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "messaging",
+    "ingestion",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "pilot_status.middleware.JsonErrorMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "pilot_status.urls"
+WSGI_APPLICATION = "pilot_status.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = envurl("DATABASE_URL", ("postgres", "postgresql"))
+DATABASES = {
+    # Persistent connections: without them a bare insert view drops ~5x here (services.md).
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+}
+DATABASES["default"].setdefault("OPTIONS", {})
+# A dead database must fail fast (the API answers 503) instead of hanging a worker.
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", envint("DATABASE_CONNECT_TIMEOUT", 3))
+DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "test_pilot_status")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = envurl("REDIS_URL", ("redis", "rediss", "unix"))
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "OPTIONS": {
+            # Redis is an accelerator here, never the truth: short timeouts, and callers
+            # treat its errors as "no answer" (design.md §3).
+            "SOCKET_CONNECT_TIMEOUT": 0.5,
+            "SOCKET_TIMEOUT": 0.5,
+            "IGNORE_EXCEPTIONS": False,
+        },
+    }
+}
+
+CELERY_BROKER_URL = envurl("CELERY_BROKER_URL", ("amqp", "pyamqp", "redis"))
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+# acks_late + prefetch 1: a worker killed mid-task leaves the task on the broker, and one
+# slow send never holds a batch of others hostage (RTD settings/base.py).
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_POOL_LIMIT = 10
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"
+
+EVOLUTION_API_URL = envurl("EVOLUTION_API_URL", ("http", "https")).rstrip("/")
+EVOLUTION_API_KEY = envstr("EVOLUTION_API_KEY")
+EVOLUTION_RABBITMQ_URL = envstr("EVOLUTION_RABBITMQ_URL", "")
+if EVOLUTION_RABBITMQ_URL:
+    envurl("EVOLUTION_RABBITMQ_URL", ("amqp", "amqps"))
+EVOLUTION_RABBITMQ_EXCHANGE = envstr("EVOLUTION_RABBITMQ_EXCHANGE", "evolution_exchange")
+# Per-instance mode: Evolution publishes on an exchange named after each instance.
+EVOLUTION_RABBITMQ_PER_INSTANCE = envbool("EVOLUTION_RABBITMQ_PER_INSTANCE", False)
+EVOLUTION_CONNECT_TIMEOUT = envfloat("EVOLUTION_CONNECT_TIMEOUT", 3.0)
+EVOLUTION_READ_TIMEOUT = envfloat("EVOLUTION_READ_TIMEOUT", 15.0)
+# Human-like typing before each message, in ms per character, capped (seeds A, stage 3).
+TYPING_DELAY_MS_PER_CHAR = envint("TYPING_DELAY_MS_PER_CHAR", 0, minimum=0)
+TYPING_DELAY_MAX_MS = envint("TYPING_DELAY_MAX_MS", 3000, minimum=0)
+
+INTERNAL_WEBHOOK_SECRET = envsecret("INTERNAL_WEBHOOK_SECRET")
+# Where the RabbitMQ consumer and the ingestion reconciler forward events (seeds B).
+INTERNAL_WEBHOOK_URL = envurl(
+    "INTERNAL_WEBHOOK_URL",
+    ("http", "https"),
+    f"http://127.0.0.1:{envint('PORT', 8000)}/api/internal/webhook",
+)
+PORT = envint("PORT", 8000, minimum=1)
+
+# Sending policy (contract §5, issue 4). Named so that operators can find and tune them.
+SEND_MAX_ATTEMPTS = envint("SEND_MAX_ATTEMPTS", 10, minimum=1)
+SEND_LEASE_SECONDS = envint("SEND_LEASE_SECONDS", 60, minimum=5)
+RELAY_BATCH_SIZE = envint("RELAY_BATCH_SIZE", 200, minimum=1)
+RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0)
+# Messages SENT/SERVER_ACK for longer than this without DELIVERY_ACK are checked with Evolution.
+STATUS_SYNC_AFTER_SECONDS = envint("STATUS_SYNC_AFTER_SECONDS", 120, minimum=1)
+
+# Client API rate limit per key (contract §3).
+RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0)
+RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/dashboard/login/"
+LOGIN_REDIRECT_URL = "/dashboard/"
+LOGOUT_REDIRECT_URL = "/dashboard/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Bodies above this are refused before parsing (S4: huge bodies get a clear 413).
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("MAX_REQUEST_BODY_BYTES", 64 * 1024, minimum=1024)
+
+REST_FRAMEWORK = {
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "EXCEPTION_HANDLER": "pilot_status.api.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Pilot Status API",
+    "DESCRIPTION": "Send WhatsApp messages through Evolution API: delivered or visibly failed.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/v1",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

@@ -1,0 +1,186 @@
+"""Start and stop the real processes tests run against: the simulator and the product's stack."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+from django.conf import settings
+
+from .simulator import SimulatorClient
+
+ROOT = Path(__file__).resolve().parents[2]
+LOG_DIR = ROOT / "artifacts" / "logs"
+LANES = ("otp", "utility", "marketing")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def wait_for_log(path: Path, needle: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{path.name}: exited with {proc.returncode}:\n{path.read_text()[-3000:]}")
+        if path.exists() and needle in path.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{path.name}: no {needle!r} after {timeout}s:\n{path.read_text()[-3000:] if path.exists() else ''}")
+
+
+class Process:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]):
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log = LOG_DIR / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "Process":
+        handle = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            self.argv, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=15)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+
+
+def start_simulator(port: int | None = None) -> SimulatorClient:
+    port = port or free_port()
+    env = dict(os.environ)
+    argv = [
+        sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port),
+        "--api-key", settings.EVOLUTION_API_KEY,
+        "--exchange", settings.EVOLUTION_RABBITMQ_EXCHANGE,
+    ]
+    if settings.EVOLUTION_RABBITMQ_URL:
+        argv += ["--rabbitmq-url", settings.EVOLUTION_RABBITMQ_URL]
+    process = Process(f"simulator-{port}", argv, env).start()
+    wait_for_port(port, proc=process.proc)
+    return SimulatorClient(f"http://127.0.0.1:{port}", process)
+
+
+def test_database_url() -> str:
+    parsed = urlparse(settings.DATABASE_URL)
+    return urlunparse(parsed._replace(path="/" + settings.DATABASES["default"]["NAME"]))
+
+
+class Stack:
+    """gunicorn + relay + one Celery worker per lane, all on the test database."""
+
+    def __init__(self, simulator: SimulatorClient, web_workers: int = 2, worker_concurrency: int = 2):
+        self.simulator = simulator
+        self.port = free_port()
+        self.web_url = f"http://127.0.0.1:{self.port}"
+        self.webhook_url = f"{self.web_url}/api/internal/webhook"
+        self.env = dict(os.environ)
+        self.env.update(
+            {
+                "DATABASE_URL": test_database_url(),
+                "EVOLUTION_API_URL": simulator.base_url,
+                "PORT": str(self.port),
+                "INTERNAL_WEBHOOK_URL": self.webhook_url,
+                "RELAY_POLL_SECONDS": "0.5",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        self.web_workers = web_workers
+        self.worker_concurrency = worker_concurrency
+        self.processes: dict[str, Process] = {}
+
+    def _web(self) -> Process:
+        return Process(
+            "web",
+            [sys.executable, "-m", "gunicorn", "pilot_status.wsgi:application", "-b", f"127.0.0.1:{self.port}",
+             "-w", str(self.web_workers), "--timeout", "30", "--graceful-timeout", "5"],
+            self.env,
+        )
+
+    def _relay(self) -> Process:
+        return Process("relay", [sys.executable, "manage.py", "run_relay"], self.env)
+
+    def _worker(self, lane: str) -> Process:
+        return Process(
+            f"worker-{lane}",
+            [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", lane, "-n", f"{lane}@test",
+             "-c", str(self.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair", "--without-gossip",
+             "--without-mingle", "--without-heartbeat", "-l", "info"],
+            self.env,
+        )
+
+    def start(self) -> None:
+        self.processes = {"web": self._web(), "relay": self._relay()}
+        for lane in LANES:
+            self.processes[f"worker-{lane}"] = self._worker(lane)
+        for process in self.processes.values():
+            process.start()
+        wait_for_port(self.port, proc=self.processes["web"].proc)
+        for lane in LANES:
+            worker = self.processes[f"worker-{lane}"]
+            wait_for_log(worker.log, "ready.", proc=worker.proc)
+
+    def restart(self, name: str, sig: int = signal.SIGTERM) -> None:
+        process = self.processes[name]
+        if sig == signal.SIGKILL:
+            process.kill()
+        else:
+            process.stop()
+        fresh = {"web": self._web, "relay": self._relay}.get(name) or (lambda: self._worker(name.split("-", 1)[1]))
+        self.processes[name] = fresh().start()
+        if name == "web":
+            wait_for_port(self.port, proc=self.processes[name].proc)
+
+    def purge_queues(self) -> None:
+        from pilot_status.celery import app
+
+        with app.connection_for_write() as conn:
+            channel = conn.default_channel
+            for lane in LANES + ("maintenance",):
+                try:
+                    channel.queue_purge(lane)
+                except Exception:
+                    pass
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.stop()
