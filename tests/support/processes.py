@@ -16,7 +16,7 @@ from django.conf import settings
 from .simulator import SimulatorClient
 
 ROOT = Path(__file__).resolve().parents[2]
-LOG_DIR = ROOT / "artifacts" / "logs"
+LOG_DIR = Path(os.environ.get("PS_TEST_LOG_DIR") or ROOT / "artifacts" / "logs")
 LANES = ("otp", "utility", "marketing")
 
 
@@ -139,6 +139,9 @@ class Stack:
     def _relay(self) -> Process:
         return Process("relay", [sys.executable, "manage.py", "run_relay"], self.env)
 
+    def _consumer(self) -> Process:
+        return Process("consumer", [sys.executable, "manage.py", "run_consumer"], self.env)
+
     def _worker(self, lane: str) -> Process:
         return Process(
             f"worker-{lane}",
@@ -149,7 +152,7 @@ class Stack:
         )
 
     def start(self) -> None:
-        self.processes = {"web": self._web(), "relay": self._relay()}
+        self.processes = {"web": self._web(), "relay": self._relay(), "consumer": self._consumer()}
         for lane in LANES:
             self.processes[f"worker-{lane}"] = self._worker(lane)
         for process in self.processes.values():
@@ -158,6 +161,8 @@ class Stack:
         for lane in LANES:
             worker = self.processes[f"worker-{lane}"]
             wait_for_log(worker.log, "ready.", proc=worker.proc)
+        consumer = self.processes["consumer"]
+        wait_for_log(consumer.log, "Connected to amqp", proc=consumer.proc)
 
     def restart(self, name: str, sig: int = signal.SIGTERM) -> None:
         process = self.processes[name]
@@ -165,7 +170,7 @@ class Stack:
             process.kill()
         else:
             process.stop()
-        fresh = {"web": self._web, "relay": self._relay}.get(name) or (lambda: self._worker(name.split("-", 1)[1]))
+        fresh = {"web": self._web, "relay": self._relay, "consumer": self._consumer}.get(name) or (lambda: self._worker(name.split("-", 1)[1]))
         self.processes[name] = fresh().start()
         if name == "web":
             wait_for_port(self.port, proc=self.processes[name].proc)
@@ -175,7 +180,7 @@ class Stack:
 
         with app.connection_for_write() as conn:
             channel = conn.default_channel
-            for lane in LANES + ("maintenance",):
+            for lane in LANES + ("maintenance", "pilot_status.evolution.ingest"):
                 try:
                     channel.queue_purge(lane)
                 except Exception:
