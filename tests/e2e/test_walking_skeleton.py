@@ -40,6 +40,10 @@ def test_a_message_reaches_read_end_to_end(stack, simulator, alice, alice_instan
     ).json()
     assert detail["status"] == "READ"
     statuses = [e["detail"].get("status") for e in detail["events"] if e["type"] == "STATUS"]
-    assert statuses == ["SENT", "SERVER_ACK", "DELIVERED", "READ"]
+    # Receipts race each other over two channels; forward-only means a late SERVER_ACK is
+    # dropped, so the timeline is an ordered subsequence that starts at SENT and ends at READ.
+    order = ["SENT", "SERVER_ACK", "DELIVERED", "READ"]
+    assert statuses[0] == "SENT" and statuses[-1] == "READ"
+    assert statuses == sorted(statuses, key=order.index)
     kinds = [e["type"] for e in detail["events"]]
     assert kinds[:3] == ["ACCEPTED", "DISPATCHED", "ATTEMPT"]
