@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
+from django.conf import settings
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -46,6 +48,11 @@ def _message(exc: exceptions.APIException) -> str:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, Rejected):
         return Response(exc.as_body(), status=exc.status)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            error_body("payload_too_large", "The request body is too large.", {"limitBytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     if isinstance(exc, DatabaseError):

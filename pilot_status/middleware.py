@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -42,6 +43,9 @@ class JsonErrorMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not request.path.startswith(JSON_PREFIXES):
             return None
+        if isinstance(exception, RequestDataTooBig):
+            code, message = _TEXT[413]
+            return JsonResponse(error_body(code, message), status=413)
         if isinstance(exception, DatabaseError):
             log.warning("database unavailable: %s", exception)
             response = JsonResponse(error_body("unavailable", "Temporarily unavailable; retry shortly."), status=503)
