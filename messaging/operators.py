@@ -66,3 +66,24 @@ def create_member(project_id: int, username: str, password: str) -> dict[str, An
             user.save()
         project.members.add(user)
     return {"user_id": user.pk}
+
+
+def revoke_key(prefix: str) -> dict[str, Any]:
+    """Revoke API keys by the prefix shown in admin (e.g. `ps_live_AbCd`); returns what was revoked."""
+    if len(prefix) < 12:
+        raise OperatorError("--prefix must be the 12-character prefix shown in admin (e.g. ps_live_AbCd)")
+    keys = list(ApiKey.objects.filter(display_prefix=prefix[:12], revoked_at__isnull=True))
+    if not keys:
+        raise OperatorError(f"no active key with prefix {prefix[:12]!r}")
+    revoked = [key.pk for key in keys if key.revoke()]
+    return {"revoked": revoked}
+
+
+def issue_key(project_id: int, environment: str) -> dict[str, Any]:
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        raise OperatorError(f"--project {project_id}: no such project")
+    if environment not in Environment.values:
+        raise OperatorError("--environment must be TEST or LIVE")
+    key, raw = ApiKey.issue(project, environment)
+    return {"key_id": key.pk, "api_key": raw, "environment": environment}
