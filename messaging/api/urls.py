@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import dead_letters, views
 
 urlpatterns = [
     # allows POST /v1/messages/send
@@ -15,4 +15,10 @@ urlpatterns = [
     path("opt-ins", views.OptInListView.as_view(), name="api-opt-ins"),
     # allows DELETE /v1/opt-ins/{phone}
     path("opt-ins/<str:phone>", views.OptInDetailView.as_view(), name="api-opt-in"),
+    # allows GET /v1/dead-letters
+    path("dead-letters", dead_letters.DeadLetterListView.as_view(), name="api-dead-letters"),
+    # allows POST /v1/dead-letters/{id}/resend
+    path("dead-letters/<int:dead_letter_id>/resend", dead_letters.DeadLetterResendView.as_view(), name="api-dead-letter-resend"),
+    # allows POST /v1/dead-letters/{id}/dismiss
+    path("dead-letters/<int:dead_letter_id>/dismiss", dead_letters.DeadLetterDismissView.as_view(), name="api-dead-letter-dismiss"),
 ]

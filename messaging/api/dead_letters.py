@@ -1,0 +1,166 @@
+"""GET /v1/dead-letters, POST /v1/dead-letters/{id}/resend, POST /v1/dead-letters/{id}/dismiss.
+
+Thin views: parse, scope to the key's project (another project's entry is 404), call
+messaging.resend, respond. Acting twice answers 200 with the unchanged entry.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import exceptions, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from pilot_status.api import ClientApiView
+
+from .. import resend
+from ..models import Category, DeadLetter, DeadLetterStatus, FailureReason
+from ..representations import dead_letter_body, message_body
+from . import schema
+from .serializers import PhoneField, StrictSerializer
+
+
+class DeadLetterListQuerySerializer(StrictSerializer):
+    status = serializers.ChoiceField(choices=DeadLetterStatus.values, required=False)
+    reason = serializers.ChoiceField(choices=FailureReason.values, required=False)
+    category = serializers.ChoiceField(choices=Category.values, required=False)
+    to = PhoneField(max_length=32, required=False)
+    createdAfter = serializers.DateTimeField(required=False)
+    createdBefore = serializers.DateTimeField(required=False)
+    cursor = serializers.CharField(required=False, max_length=200)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
+
+    def filters(self) -> dict[str, Any]:
+        data = self.validated_data
+        return {
+            "status": data.get("status"),
+            "reason": data.get("reason"),
+            "category": data.get("category"),
+            "to": data.get("to"),
+            "created_after": data.get("createdAfter"),
+            "created_before": data.get("createdBefore"),
+        }
+
+
+class ResendSerializer(StrictSerializer):
+    deliverUntil = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class DismissSerializer(StrictSerializer):
+    pass
+
+
+def _encode_cursor(entry: DeadLetter) -> str:
+    raw = f"{entry.created_at.isoformat()}|{entry.pk}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created, _, pk = base64.urlsafe_b64decode(padded).decode().partition("|")
+        at = parse_datetime(created)
+        if at is None:
+            raise ValueError
+        return at, int(pk)
+    except ValueError as exc:
+        raise exceptions.ValidationError({"cursor": ["Invalid cursor."]}) from exc
+
+
+DeadLetterBody = inline_serializer(
+    "DeadLetter",
+    {
+        "id": serializers.IntegerField(),
+        "messageId": serializers.UUIDField(),
+        "reason": serializers.CharField(),
+        "detail": serializers.CharField(),
+        "lastGatewayResponse": serializers.JSONField(allow_null=True),
+        "attempts": serializers.IntegerField(),
+        "status": serializers.CharField(),
+        "resolvedBy": serializers.CharField(allow_null=True),
+        "resolvedAt": serializers.DateTimeField(allow_null=True),
+        "createdAt": serializers.DateTimeField(),
+        "category": serializers.CharField(),
+        "to": serializers.CharField(),
+    },
+)
+DeadLetterPage = inline_serializer(
+    "DeadLetterPage",
+    {"data": DeadLetterBody.__class__(many=True), "nextCursor": serializers.CharField(allow_null=True)},
+)
+
+
+class DeadLetterListView(ClientApiView):
+    @extend_schema(
+        operation_id="list_dead_letters",
+        parameters=[DeadLetterListQuerySerializer],
+        responses=schema.responses(200, DeadLetterPage, 400, 401, 429),
+    )
+    def get(self, request: Request) -> Response:
+        query = DeadLetterListQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        # select_related: dead_letter_body reads the message's category and recipient per row.
+        rows = resend.matching(self.project, query.filters()).select_related("message")
+        cursor = query.validated_data.get("cursor")
+        if cursor:
+            at, pk = _decode_cursor(cursor)
+            rows = rows.filter(Q(created_at__lt=at) | Q(created_at=at, pk__lt=pk))
+        limit = query.validated_data["limit"]
+        page = list(rows.order_by("-created_at", "-pk")[: limit + 1])
+        has_more = len(page) > limit
+        page = page[:limit]
+        return Response(
+            {"data": [dead_letter_body(e) for e in page], "nextCursor": _encode_cursor(page[-1]) if has_more else None}
+        )
+
+
+class _DeadLetterActionView(ClientApiView):
+    def entry(self, dead_letter_id: int) -> DeadLetter:
+        entry = DeadLetter.objects.for_project(self.project).filter(pk=dead_letter_id).first()
+        if entry is None:
+            raise exceptions.NotFound("No such dead letter.")
+        return entry
+
+    def answer(self, done: resend.Done) -> Response:
+        entry = DeadLetter.objects.select_related("message__instance").get(pk=done.dead_letter.pk)
+        body = dead_letter_body(entry)
+        body["outcome"] = done.outcome
+        body["message"] = message_body(entry.message)
+        return Response(body)
+
+    @property
+    def actor(self) -> str:
+        return f"api:{self.api_key.display_prefix}"
+
+
+class DeadLetterResendView(_DeadLetterActionView):
+    @extend_schema(
+        operation_id="resend_dead_letter",
+        request=ResendSerializer,
+        responses=schema.responses(200, DeadLetterBody, 400, 401, 403, 404, 405, 409, 415, 422, 429),
+    )
+    def post(self, request: Request, dead_letter_id: int) -> Response:
+        # Parse the body before looking the entry up, so bad JSON is a 400 everywhere.
+        params = ResendSerializer(data=request.data if request.data else {})
+        params.is_valid(raise_exception=True)
+        entry = self.entry(dead_letter_id)
+        done = resend.force_resend(entry, self.actor, params.validated_data["deliverUntil"])
+        return self.answer(done)
+
+
+class DeadLetterDismissView(_DeadLetterActionView):
+    @extend_schema(
+        operation_id="dismiss_dead_letter",
+        request=None,
+        responses=schema.responses(200, DeadLetterBody, 400, 401, 404, 405, 409, 415, 429),
+    )
+    def post(self, request: Request, dead_letter_id: int) -> Response:
+        DismissSerializer(data=request.data if request.data else {}).is_valid(raise_exception=True)
+        entry = self.entry(dead_letter_id)
+        return self.answer(resend.dismiss(entry, self.actor))

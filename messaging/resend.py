@@ -1,0 +1,226 @@
+"""Acting on dead letters: force resend (contract §4) and dismiss, one entry or a selection.
+
+The API, the dashboard, the bulk job and the admin all call these functions; they hold the
+rules. A resend goes through the same funnel checks as a new message (design.md, boundaries):
+an opt-in revoked since the first send refuses the resend with the funnel's reason and changes
+nothing. Both actions are compare-and-set on the dead letter's OPEN status under a row lock, so
+doing one twice (a double click, a client retry, a replayed bulk chunk) finds nothing to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from . import rules
+from .accept import SendRequest, check_funnel, enqueue
+from .errors import Rejected
+from .models import Category, DeadLetter, DeadLetterStatus, EventKind, Message, Project, Status
+
+# Outcomes, so that callers (and tests) can tell what happened without re-reading rows.
+RESENT = "resent"
+DISMISSED = "dismissed"
+ALREADY_RESENT = "already_resent"
+ALREADY_DISMISSED = "already_dismissed"
+NOT_FAILED = "not_failed"
+
+
+@dataclass(frozen=True)
+class Done:
+    outcome: str
+    dead_letter: DeadLetter
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome in (RESENT, DISMISSED)
+
+
+class AlreadyResolved(Rejected):
+    """The entry was resolved the other way (dismissed, then asked to resend; or the reverse)."""
+
+    def __init__(self, entry: DeadLetter):
+        super().__init__(
+            409,
+            "dead_letter_resolved",
+            f"This dead letter was already {entry.status.lower()}; nothing was changed.",
+            {"status": entry.status, "resolvedBy": entry.resolved_by or None},
+        )
+
+
+def _already(entry: DeadLetter) -> str:
+    return ALREADY_RESENT if entry.status == DeadLetterStatus.RESENT else ALREADY_DISMISSED
+
+
+def _lock(dead_letter: DeadLetter) -> DeadLetter:
+    # The row lock serialises two people acting on the same entry: the second waits, then sees
+    # the first one's resolution and does nothing.
+    return DeadLetter.objects.select_for_update().select_related("message", "project").get(pk=dead_letter.pk)
+
+
+def _send_request(message: Message, deliver_until: datetime) -> SendRequest:
+    return SendRequest(
+        to=message.to,
+        category=message.category,
+        template=message.template,
+        variables=message.variables,
+        instance=message.requested_instance or None,
+        deliver_until=deliver_until,
+        priority=message.priority,
+        metadata=message.metadata,
+    )
+
+
+def check_deliver_until(category: str, deliver_until: datetime, now: datetime) -> None:
+    code = rules.check_deliver_until(category, deliver_until, now)
+    if code == "deliver_until_in_past":
+        raise Rejected(400, "invalid_request", "deliverUntil must be in the future.",
+                       {"fields": {"deliverUntil": ["Must be in the future."]}})
+    if code == "deliver_until_too_far":
+        limit = int(rules.MAX_TTL[Category(category)].total_seconds())
+        raise Rejected(400, "invalid_request", f"deliverUntil is too far ahead for {category}.",
+                       {"fields": {"deliverUntil": [f"At most {limit} s ahead for {category}."]}})
+
+
+def force_resend(dead_letter: DeadLetter, actor: str, deliver_until: datetime | None = None) -> Done:
+    """FAILED → QUEUED with a fresh attempt budget and deliverUntil; the entry becomes RESENT.
+
+    Raises Rejected when the funnel refuses (nothing is changed then) or when the entry was
+    dismissed. Resending an entry that is already resent returns ALREADY_RESENT.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        entry = _lock(dead_letter)
+        if entry.status == DeadLetterStatus.DISMISSED:
+            raise AlreadyResolved(entry)
+        if entry.status != DeadLetterStatus.OPEN:
+            return Done(_already(entry), entry)
+        message = entry.message
+        if message.status != Status.FAILED:
+            # A dead letter always belongs to a FAILED message; if not, someone else moved it.
+            return Done(NOT_FAILED, entry)
+        until = deliver_until or rules.deliver_until_for(message.category, now)
+        check_deliver_until(message.category, until, now)
+        instance = check_funnel(message.project, message.environment, _send_request(message, until))
+        changed = Message.objects.filter(pk=message.pk, status=Status.FAILED).update(
+            status=Status.QUEUED,
+            instance=instance,
+            attempts=0,
+            max_attempts=settings.SEND_MAX_ATTEMPTS,
+            deliver_until=until,
+            next_attempt_at=now,
+            dispatched_at=None,
+            lease_token=None,
+            lease_expires_at=None,
+            unconfirmed_attempt_at=None,
+            failure_reason="",
+            failure_detail="",
+            failed_at=None,
+            last_gateway_response=None,
+            # A REJECTED message was sent once: its old WhatsApp id and receipts belong to the
+            # old send, and must not be matched against the new one.
+            evolution_message_id="",
+            remote_jid="",
+            sent_at=None,
+            server_ack_at=None,
+            delivered_at=None,
+            read_at=None,
+            updated_at=now,
+        )
+        if not changed:
+            return Done(NOT_FAILED, entry)
+        DeadLetter.objects.filter(pk=entry.pk).update(
+            status=DeadLetterStatus.RESENT, resolved_by=actor, resolved_at=now, updated_at=now
+        )
+        message.refresh_from_db()
+        message.record(
+            EventKind.RESENT,
+            actor=actor,
+            deadLetter=entry.pk,
+            previousReason=entry.reason,
+            instance=instance.name,
+            deliverUntil=until.isoformat(),
+        )
+        enqueue(message, now)
+        entry.refresh_from_db()
+    return Done(RESENT, entry)
+
+
+def dismiss(dead_letter: DeadLetter, actor: str) -> Done:
+    """OPEN → DISMISSED: someone looked at it and decided not to deliver. The message stays FAILED."""
+    now = timezone.now()
+    with transaction.atomic():
+        entry = _lock(dead_letter)
+        if entry.status == DeadLetterStatus.RESENT:
+            raise AlreadyResolved(entry)
+        if entry.status != DeadLetterStatus.OPEN:
+            return Done(_already(entry), entry)
+        DeadLetter.objects.filter(pk=entry.pk, status=DeadLetterStatus.OPEN).update(
+            status=DeadLetterStatus.DISMISSED, resolved_by=actor, resolved_at=now, updated_at=now
+        )
+        entry.message.record(EventKind.DISMISSED, actor=actor, deadLetter=entry.pk, reason=entry.reason)
+        entry.refresh_from_db()
+    return Done(DISMISSED, entry)
+
+
+# ---- selections ---------------------------------------------------------------------------
+
+FILTER_FIELDS = ("status", "reason", "category", "to", "created_after", "created_before")
+
+
+def matching(project: Project | None, filters: dict[str, Any]) -> QuerySet[DeadLetter]:
+    """Dead letters of a project (all projects for operators: None) that match the filters.
+
+    One definition of "matching" for the API list, the dashboard list and a bulk job replaying
+    the filter a person saw; unknown or empty filters are ignored.
+    """
+    rows: QuerySet[DeadLetter] = DeadLetter.objects.all()
+    if project is not None:
+        rows = DeadLetter.objects.for_project(project)
+    if filters.get("status"):
+        rows = rows.filter(status=filters["status"])
+    if filters.get("reason"):
+        rows = rows.filter(reason=filters["reason"])
+    if filters.get("category"):
+        rows = rows.filter(message__category=filters["category"])
+    if filters.get("to"):
+        rows = rows.filter(message__to=filters["to"])
+    if filters.get("created_after"):
+        rows = rows.filter(created_at__gte=filters["created_after"])
+    if filters.get("created_before"):
+        rows = rows.filter(created_at__lt=filters["created_before"])
+    return rows
+
+
+@dataclass
+class Tally:
+    resent: int = 0
+    refused: int = 0
+    skipped: int = 0
+    last_id: int = 0
+
+    @property
+    def processed(self) -> int:
+        return self.resent + self.refused + self.skipped
+
+
+def resend_each(entries: list[DeadLetter], actor: str) -> Tally:
+    """Force-resend a chunk, counting what happened; one refusal never stops the others."""
+    tally = Tally()
+    for entry in entries:
+        tally.last_id = max(tally.last_id, entry.pk)
+        try:
+            done = force_resend(entry, actor)
+        except Rejected:
+            tally.refused += 1
+            continue
+        if done.changed:
+            tally.resent += 1
+        else:
+            tally.skipped += 1
+    return tally
