@@ -43,10 +43,23 @@ class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(Instance)
 class InstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("name", "project", "is_official", "priority", "connection_state", "state_changed_at")
+    list_display = (
+        "name", "project", "is_official", "priority", "connection_state", "circuit", "send_rate_per_second",
+        "last_gateway_error", "state_changed_at",
+    )
     list_filter = ("connection_state", "is_official")
     search_fields = ("name",)
-    readonly_fields = ("token_salt", "evolution_token_hash", "state_changed_at")
+    readonly_fields = (
+        "token_salt", "evolution_token_hash", "state_changed_at", "circuit", "last_gateway_error",
+        "last_gateway_error_at",
+    )
+
+    @admin.display(description="circuit")
+    def circuit(self, obj: Instance) -> str:
+        # The breaker's state lives in Redis (per process when Redis is down): see sending/breaker.py.
+        from .sending import breaker
+
+        return breaker.state_of(breaker.instance_scope(obj.name))
 
 
 class MessageEventInline(admin.TabularInline):  # type: ignore[type-arg]

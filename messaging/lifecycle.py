@@ -89,6 +89,8 @@ def requeue(
             "next_attempt_at": available_at,
             "lease_token": None,
             "lease_expires_at": None,
+            # Not in the broker any more: the relay releases it again from the new outbox row.
+            "dispatched_at": None,
             "updated_at": now,
             **(extra_update or {}),
         }

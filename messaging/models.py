@@ -146,6 +146,13 @@ class Instance(models.Model):
     # the database (issue 8, S5); the Evolution instance token is kept only as a hash.
     token_salt = models.CharField(max_length=32, default="", blank=True)
     evolution_token_hash = models.CharField(max_length=64, blank=True, default="")
+    send_rate_per_second = models.FloatField(
+        null=True, blank=True, help_text="Send pace cap for this number; empty: SEND_RATE_PER_INSTANCE"
+    )
+    # A configuration fault Evolution reported for this instance (e.g. 401: our apikey is refused).
+    # Kept here so that it is loud in admin, not only in a log line.
+    last_gateway_error = models.TextField(blank=True, default="")
+    last_gateway_error_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -121,3 +121,17 @@ def check_opt_in(category: str, instance: Instance, opted_in: bool) -> str | Non
     if category == Category.OTP and instance.is_official:
         return None
     return "opt_in_required"
+
+
+def fallback_instances(project: Project, category: str, opted_in: bool, exclude: list[int]) -> list[Instance]:
+    """Open instances a queued message may be re-routed to, best first (issue 4 §4).
+
+    The same rules as the first choice: the project's own instances by priority, then (not for
+    MARKETING) Pilot Status' shared ones; without opt-in only an OTP on the official number.
+    """
+    own = Instance.objects.filter(project=project, connection_state=ConnectionState.OPEN).exclude(pk__in=exclude)
+    candidates = list(own.order_by("priority", "pk"))
+    if category != Category.MARKETING:
+        shared = Instance.objects.filter(project__isnull=True, connection_state=ConnectionState.OPEN)
+        candidates += list(shared.exclude(pk__in=exclude).order_by("priority", "pk"))
+    return [instance for instance in candidates if check_opt_in(category, instance, opted_in) is None]

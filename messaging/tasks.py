@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from . import reconciler, status_sync
+from .sending import instance_state
 
 
 @shared_task(name="messaging.reconcile_messages", ignore_result=True)
@@ -17,3 +18,8 @@ def reconcile_messages() -> dict[str, Any]:
 @shared_task(name="messaging.sync_statuses", ignore_result=True)
 def sync_statuses() -> int:
     return status_sync.run_batch()
+
+
+@shared_task(name="messaging.poll_instance_states", ignore_result=True)
+def poll_instance_states() -> int:
+    return instance_state.poll_waiting()

@@ -28,6 +28,7 @@ app.conf.task_default_routing_key = MAINTENANCE_QUEUE
 app.conf.task_routes = {
     "messaging.reconcile_messages": {"queue": MAINTENANCE_QUEUE},
     "messaging.sync_statuses": {"queue": MAINTENANCE_QUEUE},
+    "messaging.poll_instance_states": {"queue": MAINTENANCE_QUEUE},
     "ingestion.reconcile_events": {"queue": MAINTENANCE_QUEUE},
 }
 
@@ -52,6 +53,12 @@ app.conf.beat_schedule = {
         "task": "messaging.sync_statuses",
         "schedule": 60.0,
         "options": {"queue": MAINTENANCE_QUEUE, "expires": 60},
+    },
+    # Safety net for a lost connection.update: instances we think are down but hold messages.
+    "poll-instance-states": {
+        "task": "messaging.poll_instance_states",
+        "schedule": 15.0,
+        "options": {"queue": MAINTENANCE_QUEUE, "expires": 15},
     },
     "reconcile-ingestion": {
         "task": "ingestion.reconcile_events",

@@ -210,6 +210,27 @@ RELAY_BATCH_SIZE = envint("RELAY_BATCH_SIZE", 200, minimum=1)
 RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0)
 # Messages SENT/SERVER_ACK for longer than this without DELIVERY_ACK are checked with Evolution.
 STATUS_SYNC_AFTER_SECONDS = envint("STATUS_SYNC_AFTER_SECONDS", 120, minimum=1)
+# Circuit breaker (issue 4 §5), one per instance and one for the whole gateway.
+# Opens after this many transient failures in a row...
+BREAKER_FAILURE_RUN = envint("BREAKER_FAILURE_RUN", 5, minimum=1)
+# ...or when at least BREAKER_MIN_CALLS calls in BREAKER_WINDOW_SECONDS failed at this rate (0..1).
+BREAKER_FAILURE_RATE = envfloat("BREAKER_FAILURE_RATE", 0.5)
+BREAKER_MIN_CALLS = envint("BREAKER_MIN_CALLS", 20, minimum=1)
+BREAKER_WINDOW_SECONDS = envint("BREAKER_WINDOW_SECONDS", 60, minimum=1)
+# How long an open circuit holds releases before one probe may try (half-open).
+BREAKER_OPEN_SECONDS = envfloat("BREAKER_OPEN_SECONDS", 30.0)
+# The gateway-wide circuit needs this many distinct failing calls in a row (all instances together).
+BREAKER_GATEWAY_FAILURE_RUN = envint("BREAKER_GATEWAY_FAILURE_RUN", 20, minimum=1)
+# Pacing (issue 4 §6): sends per second per instance, and the burst allowed after a quiet spell.
+# An instance's own `send_rate_per_second` overrides the rate. Releases after an outage or a
+# reconnect drain at this pace instead of all at once.
+SEND_RATE_PER_INSTANCE = envfloat("SEND_RATE_PER_INSTANCE", 20.0)
+SEND_RATE_BURST = envint("SEND_RATE_BURST", 10, minimum=1)
+# Fair release (issue 4 §7): the relay keeps at most this many ready tasks in each lane's queue,
+# and releases them round-robin by project, so a blast cannot bury another project's messages.
+RELAY_LANE_DEPTH = envint("RELAY_LANE_DEPTH", 100, minimum=1)
+# How long an instance's connectionState answer is trusted (smart wait, issue 4 §3).
+INSTANCE_STATE_CACHE_SECONDS = envfloat("INSTANCE_STATE_CACHE_SECONDS", 3.0)
 
 # Client API rate limit per key (contract §3).
 RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0)
@@ -259,3 +280,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
     "loggers": {"django.request": {"level": "ERROR"}},
 }
+
+# Dual ingestion (issue 5). Our RabbitMQ queues are named <prefix>.ingest / .retry.<n>s / .parked;
+# in per-instance mode the consumer re-reads the instance list this often to bind new exchanges.
+EVOLUTION_RABBITMQ_QUEUE_PREFIX = envstr("EVOLUTION_RABBITMQ_QUEUE_PREFIX", "pilot_status.evolution")
+EVOLUTION_RABBITMQ_REFRESH_SECONDS = envint("EVOLUTION_RABBITMQ_REFRESH_SECONDS", 30, minimum=1)
+# Ingestion reconciler: period of its beat entry, and how old an unprocessed event must be.
+INGESTION_RECONCILE_SECONDS = envint("INGESTION_RECONCILE_SECONDS", 300, minimum=10)
+INGESTION_STALE_AFTER_SECONDS = envint("INGESTION_STALE_AFTER_SECONDS", 120, minimum=0)

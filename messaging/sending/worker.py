@@ -13,15 +13,14 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from pilot_status import metrics
+
 from .. import lifecycle
 from ..models import EventKind, FailureReason, Instance, Message, Status
-from . import backoff, gateway
+from . import backoff, breaker, gateway, instance_state, routing
 
 log = logging.getLogger(__name__)
 
-# How long a message waits before re-checking an instance that is not connected. It consumes no
-# attempt; deliverUntil still bounds the total wait (the reconciler expires it).
-DISCONNECTED_WAIT = timedelta(seconds=5)
 # A 401 from Evolution is our configuration, not the message's fault: wait, shout, burn nothing.
 MISCONFIGURED_WAIT = timedelta(seconds=30)
 
@@ -71,9 +70,34 @@ def send_one(message_id: str) -> str:
         if found is not None:
             return found
 
-    instance = message.instance
+    route = routing.choose(message, token)
+    if isinstance(route, routing.Hold):
+        metrics.messages(f"held:{route.why.replace(' ', '_')}:{message.lane}")
+        lifecycle.requeue(
+            message, token, route.until, EventKind.WAITING, consume_attempt=False,
+            detail={"why": route.why, **route.detail},
+        )
+        return "held"
+
+    instance = route.instance
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
+    feed_breakers(instance, outcome)
     return apply_outcome(message, token, instance, outcome)
+
+
+def feed_breakers(instance: Instance, outcome: gateway.Outcome) -> None:
+    """The instance circuit counts every transient answer; the gateway's only Evolution being unreachable."""
+    scope = breaker.instance_scope(instance.name)
+    if outcome.kind in (gateway.SENT, gateway.PERMANENT):
+        breaker.record(scope, breaker.OK)
+        breaker.record(breaker.GATEWAY, breaker.OK)
+    elif outcome.kind in (gateway.TRANSIENT, gateway.UNKNOWN):
+        breaker.record(scope, breaker.FAIL)
+        unreachable = outcome.status_code is None or outcome.status_code in (502, 503, 504)
+        breaker.record(breaker.GATEWAY, breaker.FAIL if unreachable else breaker.OK)
+    else:  # disconnected / misconfigured: says nothing about Evolution's health
+        breaker.record(scope, breaker.NEUTRAL)
+        breaker.record(breaker.GATEWAY, breaker.OK if outcome.kind == gateway.DISCONNECTED else breaker.NEUTRAL)
 
 
 def _check_unconfirmed(message: Message, token: uuid.UUID) -> str | None:
@@ -107,6 +131,7 @@ def _check_unconfirmed(message: Message, token: uuid.UUID) -> str | None:
 def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcome: gateway.Outcome) -> str:
     now = timezone.now()
     record = outcome.as_record()
+    metrics.messages(f"attempt:{outcome.kind}:{message.lane}")
     if outcome.kind == gateway.SENT:
         attempts = message.attempts + 1
         message.record(EventKind.ATTEMPT, attempt=attempts, instance=instance.name, **record)
@@ -114,21 +139,26 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
             message, token, outcome.message_id, outcome.remote_jid, record,
             extra_update={"attempts": attempts, "unconfirmed_attempt_at": None},
         )
+        if instance.last_gateway_error:
+            Instance.objects.filter(pk=instance.pk).update(last_gateway_error="", last_gateway_error_at=None)
         return "sent"
 
     if outcome.kind == gateway.DISCONNECTED:
-        instance.set_connection_state("close")
+        instance_state.remember(instance.name, "close")
+        instance_state.sync(instance, "close")
+        # With an open fallback the next claim re-routes at once; otherwise wait for a reconnect.
+        wait = timedelta(0) if routing.has_fallback(message) else routing.DISCONNECTED_WAIT[message.lane]
         lifecycle.requeue(
-            message, token, now + DISCONNECTED_WAIT, EventKind.WAITING, consume_attempt=False,
-            detail={"why": "instance not connected", "instance": instance.name, **record},
+            message, token, min(now + wait, message.deliver_until), EventKind.WAITING, consume_attempt=False,
+            detail={"why": routing.NOT_CONNECTED, "instance": instance.name, **record},
         )
         return "waiting"
 
     if outcome.kind == gateway.MISCONFIGURED:
-        log.error("Evolution refused our request for %s: %s", instance.name, outcome.detail)
+        report_misconfiguration(instance, outcome)
         lifecycle.requeue(
-            message, token, now + MISCONFIGURED_WAIT, EventKind.WAITING, consume_attempt=False,
-            detail={"why": "gateway configuration fault", **record},
+            message, token, min(now + MISCONFIGURED_WAIT, message.deliver_until), EventKind.WAITING,
+            consume_attempt=False, detail={"why": "gateway configuration fault", **record},
         )
         return "waiting"
 
@@ -142,7 +172,7 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
         return "failed"
 
     # transient or unknown: an attempt is used; retry later if one fits.
-    extra = {"attempts": attempts}
+    extra: dict[str, object] = {"attempts": attempts}
     if outcome.kind == gateway.UNKNOWN:
         extra["unconfirmed_attempt_at"] = now - timedelta(seconds=settings.EVOLUTION_READ_TIMEOUT + 5)
     if attempts >= message.max_attempts:
@@ -163,3 +193,15 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
         detail={"why": "retry after a transient failure", "attempt": attempts}, extra_update=extra,
     )
     return "retry"
+
+
+def report_misconfiguration(instance: Instance, outcome: gateway.Outcome) -> None:
+    """Loud on purpose: an error log, a counter, and the instance's row in admin."""
+    log.error(
+        "Evolution refused our request for instance %s (HTTP %s: %s): check EVOLUTION_API_KEY / the instance token",
+        instance.name, outcome.status_code, outcome.detail,
+    )
+    metrics.evolution("gateway:misconfigured")
+    Instance.objects.filter(pk=instance.pk).update(
+        last_gateway_error=f"HTTP {outcome.status_code}: {outcome.detail}"[:500], last_gateway_error_at=timezone.now()
+    )
