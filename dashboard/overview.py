@@ -1,0 +1,85 @@
+"""What the overview page shows: today's traffic by lane and status, instances, open dead letters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, time
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django.db.models import Count
+from django.utils import timezone
+
+from messaging.models import Category, DeadLetter, DeadLetterStatus, Instance, Message, Project, Status
+
+
+@dataclass
+class LaneRow:
+    lane: str
+    label: str
+    counts: list[int]
+    total: int
+
+
+def start_of_today(now: datetime | None = None) -> datetime:
+    now = now or timezone.now()
+    return datetime.combine(now.astimezone(dt_timezone.utc).date(), time.min, tzinfo=dt_timezone.utc)
+
+
+@dataclass
+class Today:
+    statuses: list[str]
+    lanes: list[LaneRow]
+    totals: list[int]
+    by_status: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.totals)
+
+    @property
+    def delivered(self) -> int:
+        return self.by_status[Status.DELIVERED] + self.by_status[Status.READ]
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.by_status[s] for s in (Status.QUEUED, Status.SENDING, Status.SENT, Status.SERVER_ACK))
+
+    @property
+    def failed(self) -> int:
+        return self.by_status[Status.FAILED]
+
+
+def today_by_lane(project: Project, now: datetime | None = None) -> Today:
+    """One row per lane, one column per status, for messages created today (UTC)."""
+    # Served by the (project, -created_at) index on messaging_message.
+    rows = (
+        Message.objects.for_project(project)
+        .filter(created_at__gte=start_of_today(now))
+        .values("category", "status")
+        .annotate(n=Count("id"))
+    )
+    counts = {(r["category"], r["status"]): r["n"] for r in rows}
+    statuses = list(Status.values)
+    lanes = [
+        LaneRow(c.value, c.label, [counts.get((c.value, s), 0) for s in statuses], 0) for c in Category
+    ]
+    for lane in lanes:
+        lane.total = sum(lane.counts)
+    totals = [sum(lane.counts[i] for lane in lanes) for i in range(len(statuses))]
+    return Today([Status(s).label for s in statuses], lanes, totals, dict(zip(statuses, totals)))
+
+
+def instances(project: Project) -> list[Instance]:
+    return list(Instance.objects.filter(project=project).order_by("priority", "pk"))
+
+
+def open_dead_letters(project: Project, latest: int = 5) -> dict[str, Any]:
+    rows = DeadLetter.objects.for_project(project).filter(status=DeadLetterStatus.OPEN)
+    by_reason = list(rows.values("reason").annotate(n=Count("id")).order_by("-n", "reason"))
+    return {
+        "count": sum(r["n"] for r in by_reason),
+        "by_reason": by_reason,
+        # select_related: each row shows its message's recipient and category.
+        "latest": list(rows.select_related("message").order_by("-created_at", "-pk")[:latest]),
+    }

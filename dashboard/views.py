@@ -1,0 +1,196 @@
+"""Customer dashboard: a member reviews their project's dead letters and acts on them.
+
+Function views, @login_required; every lookup goes through the member's project, so another
+project's pages and entries are 404. Actions are POST-only and call messaging.resend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from messaging import resend
+from messaging.errors import Rejected
+from messaging.models import DeadLetter, DeadLetterStatus, Message, Project, Status
+
+from . import bulk, overview, tasks
+from .forms import DeadLetterFilterForm
+from .models import BulkResendJob
+
+PAGE_SIZE = 25
+IN_FLIGHT = {Status.QUEUED, Status.SENDING, Status.SENT, Status.SERVER_ACK}
+ASSETS = Path(__file__).resolve().parent / "static" / "dashboard"
+ASSET_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
+
+
+def _project(request: HttpRequest, project_id: int) -> Project:
+    # Membership is the whole permission model: not a member → the project does not exist.
+    return get_object_or_404(Project, pk=project_id, members=request.user)
+
+
+def _dead_letter(project: Project, dead_letter_id: int) -> DeadLetter:
+    rows = DeadLetter.objects.for_project(project).select_related("message__instance")
+    return get_object_or_404(rows, pk=dead_letter_id)
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"dashboard:{request.user.get_username()}"
+
+
+def _page(request: HttpRequest, template: str, project: Project | None, section: str, **context: Any) -> HttpResponse:
+    projects = list(request.user.projects.order_by("name"))  # type: ignore[union-attr]
+    return render(request, template, {"project": project, "projects": projects, "section": section, **context})
+
+
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    projects = list(request.user.projects.order_by("name"))  # type: ignore[union-attr]
+    if len(projects) == 1:
+        return redirect("dashboard:overview", project_id=projects[0].pk)
+    return _page(request, "dashboard/projects.html", None, "projects")
+
+
+@login_required
+@require_GET
+def overview_page(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = _project(request, project_id)
+    return _page(
+        request, "dashboard/overview.html", project, "overview",
+        today=overview.today_by_lane(project), since=overview.start_of_today(),
+        instances=overview.instances(project),
+        dlq=overview.open_dead_letters(project),
+    )
+
+
+@login_required
+@require_GET
+def dead_letter_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = _project(request, project_id)
+    form = DeadLetterFilterForm.from_query(request.GET)
+    rows = resend.matching(project, form.filters()).select_related("message").order_by("-created_at", "-pk")
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    query_items = form.query_items()
+    matching_open = resend.matching(project, form.filters()).filter(status=DeadLetterStatus.OPEN).count()
+    return _page(
+        request, "dashboard/dead_letters.html", project, "dead_letters",
+        form=form, page=page, query_items=query_items,
+        query="&".join(f"{k}={v}" for k, v in query_items), matching_open=matching_open,
+    )
+
+
+@login_required
+@require_GET
+def dead_letter_detail(request: HttpRequest, project_id: int, dead_letter_id: int) -> HttpResponse:
+    project = _project(request, project_id)
+    entry = _dead_letter(project, dead_letter_id)
+    message = entry.message
+    return _page(
+        request, "dashboard/dead_letter.html", project, "dead_letters",
+        entry=entry, message=message, events=list(message.events.all()),
+        in_flight=message.status in IN_FLIGHT,
+    )
+
+
+def _back_to(entry: DeadLetter) -> HttpResponse:
+    return redirect("dashboard:dead_letter", project_id=entry.project_id, dead_letter_id=entry.pk)
+
+
+@login_required
+@require_POST
+def resend_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> HttpResponse:
+    entry = _dead_letter(_project(request, project_id), dead_letter_id)
+    try:
+        done = resend.force_resend(entry, _actor(request))
+    except Rejected as refused:
+        messages.error(request, f"Not resent: {refused.message} ({refused.code})")
+        return _back_to(entry)
+    if done.changed:
+        messages.success(request, "Resent. The message is queued again with a fresh set of attempts.")
+    else:
+        messages.info(request, "Nothing to do: this entry was already handled.")
+    return _back_to(entry)
+
+
+@login_required
+@require_POST
+def dismiss_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> HttpResponse:
+    entry = _dead_letter(_project(request, project_id), dead_letter_id)
+    try:
+        done = resend.dismiss(entry, _actor(request))
+    except Rejected as refused:
+        messages.error(request, f"Not dismissed: {refused.message}")
+        return _back_to(entry)
+    messages.success(request, "Dismissed." if done.changed else "Nothing to do: this entry was already handled.")
+    return _back_to(entry)
+
+
+@login_required
+@require_POST
+def bulk_resend(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = _project(request, project_id)
+    if request.POST.get("scope") == "all":
+        form = DeadLetterFilterForm.from_query(request.POST)
+        start: dict[str, Any] = {"filters": form.filters()}
+    else:
+        ids = [int(v) for v in request.POST.getlist("ids") if v.isdigit()]
+        if not ids:
+            messages.error(request, "Tick at least one dead letter, or use “Resend all matching”.")
+            return redirect(f"{reverse('dashboard:dead_letters', args=[project.pk])}?{request.POST.get('query', '')}")
+        start = {"ids": ids}
+    with transaction.atomic():
+        job = bulk.start(project, request.user, _actor(request), **start)
+        if job.total:
+            tasks.enqueue_on_commit(job.pk)
+    return redirect("dashboard:bulk_job", project_id=project.pk, job_id=job.pk)
+
+
+def _job(project: Project, job_id: int) -> BulkResendJob:
+    return get_object_or_404(BulkResendJob, pk=job_id, project=project)
+
+
+@login_required
+@require_GET
+def bulk_job(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
+    project = _project(request, project_id)
+    job = _job(project, job_id)
+    if bulk.stalled(job):
+        tasks.enqueue(job.pk)
+    return _page(request, "dashboard/bulk_job.html", project, "dead_letters", job=job, progress=bulk.progress(job))
+
+
+@login_required
+@require_GET
+def bulk_job_progress(request: HttpRequest, project_id: int, job_id: int) -> JsonResponse:
+    job = _job(_project(request, project_id), job_id)
+    if bulk.stalled(job):
+        tasks.enqueue(job.pk)
+    return JsonResponse(bulk.progress(job))
+
+
+@login_required
+@require_GET
+def message_status(request: HttpRequest, project_id: int, message_id: str) -> JsonResponse:
+    project = _project(request, project_id)
+    message = get_object_or_404(Message.objects.for_project(project), pk=message_id)
+    return JsonResponse({"id": str(message.pk), "status": message.status, "events": message.events.count()})
+
+
+@require_GET
+def asset(request: HttpRequest, name: str) -> FileResponse:
+    """The dashboard's own CSS/JS, served without a CDN or a collectstatic step."""
+    path = ASSETS / name
+    if path.suffix not in ASSET_TYPES or path.parent != ASSETS or not path.is_file():
+        raise Http404()
+    response = FileResponse(path.open("rb"), content_type=ASSET_TYPES[path.suffix])
+    response["Cache-Control"] = "public, max-age=300"
+    return response
