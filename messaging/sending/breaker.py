@@ -254,6 +254,13 @@ def record(scope: str, result: str, now: float | None = None) -> str | None:
     return None
 
 
+def reset_local() -> None:
+    """Forget this process's fallback state and try Redis again at once."""
+    global _redis_down_until, local_store
+    _redis_down_until = 0.0
+    local_store = MemoryStore()
+
+
 def reset(scope: str) -> None:
     """Close a circuit by hand (operators, tests)."""
     _call("close", scope)

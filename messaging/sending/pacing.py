@@ -88,3 +88,10 @@ def take(instance_id: int, want: int, instance_rate: float | None = None) -> int
             _redis_down_until = time.monotonic() + 5.0
             log.warning("pacing on per-process buckets: Redis unavailable (%s)", exc.__class__.__name__)
     return local_buckets.take(instance_id, rate, burst, want, now)
+
+
+def reset_local() -> None:
+    """Forget this process's fallback buckets and try Redis again at once."""
+    global _redis_down_until, local_buckets
+    _redis_down_until = 0.0
+    local_buckets = _LocalBuckets()
