@@ -1,14 +1,51 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
+from . import handlers
 from .models import IngestionEvent
+
+
+class ProcessedFilter(admin.SimpleListFilter):
+    title = "processed"
+    parameter_name = "processed"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+        return [("no", "Not processed"), ("yes", "Processed")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[IngestionEvent]) -> QuerySet[IngestionEvent]:
+        if self.value() == "no":
+            return queryset.filter(processed_at__isnull=True)
+        if self.value() == "yes":
+            return queryset.filter(processed_at__isnull=False)
+        return queryset
 
 
 @admin.register(IngestionEvent)
 class IngestionEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("id", "event", "instance_name", "key_id", "channel", "received_at", "processed_at", "outcome")
-    list_filter = ("event", "channel", "outcome")
+    list_filter = (ProcessedFilter, "event", "channel", "outcome")
     search_fields = ("=dedup_key", "key_id", "instance_name")
     readonly_fields = [f.name for f in IngestionEvent._meta.fields]
     date_hierarchy = "received_at"
+    actions = ["reprocess"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Reprocess selected unprocessed events")
+    def reprocess(self, request: HttpRequest, queryset: QuerySet[IngestionEvent]) -> None:
+        # The same business logic both channels run (handlers.apply is idempotent and locks the
+        # row), so reprocessing an event a channel is handling right now is harmless.
+        outcomes: dict[str, int] = {}
+        skipped = 0
+        for event in queryset.order_by("received_at", "pk"):
+            if event.processed_at is not None:
+                skipped += 1
+                continue
+            outcome = handlers.apply(event)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        summary = ", ".join(f"{n} {word}" for word, n in sorted(outcomes.items())) or "nothing to reprocess"
+        self.message_user(request, f"Reprocessed: {summary}; {skipped} already processed.", messages.SUCCESS)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
+from . import resend
+from .errors import Rejected
 from .models import ApiKey, DeadLetter, Instance, Message, MessageEvent, OptIn, Project
 
 
@@ -73,27 +77,124 @@ class MessageEventInline(admin.TabularInline):  # type: ignore[type-arg]
         return False
 
 
+def _actor(request: HttpRequest) -> str:
+    return f"admin:{request.user.get_username()}"
+
+
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("id", "project", "category", "to", "status", "failure_reason", "attempts", "instance", "created_at")
-    list_filter = ("status", "category", "failure_reason", "environment")
+    list_display = (
+        "id", "project", "category", "to", "status", "failure_reason", "attempts", "instance",
+        "evolution_message_id", "created_at",
+    )
+    list_filter = ("status", "category", "failure_reason", "environment", "project")
     search_fields = ("=id", "to", "=evolution_message_id")
+    search_help_text = "Message id, recipient (+E.164) or Evolution message id"
     list_select_related = ("project", "instance")
-    readonly_fields = [f.name for f in Message._meta.fields]
+    readonly_fields = [f.name for f in Message._meta.fields] + ["dead_letter_link"]
     inlines = [MessageEventInline]
     date_hierarchy = "created_at"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    @admin.display(description="dead letter")
+    def dead_letter_link(self, obj: Message) -> str:
+        entry = DeadLetter.objects.filter(message=obj).first()
+        if entry is None:
+            return "—"
+        url = reverse("admin:messaging_deadletter_change", args=[entry.pk])
+        return format_html('<a href="{}">#{} {}</a>', url, entry.pk, entry.get_status_display())
+
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("id", "project", "message", "reason", "status", "attempts", "created_at", "resolved_by")
-    list_filter = ("status", "reason")
-    search_fields = ("=message__id", "message__to")
+    list_display = (
+        "id", "project", "message_link", "recipient", "category", "reason", "status", "attempts", "created_at",
+        "resolved_by", "resolved_at",
+    )
+    list_filter = ("status", "reason", "message__category", "project", "created_at")
+    search_fields = ("=id", "=message__id", "=message__to", "resolved_by")
+    search_help_text = "Dead letter id, message id, recipient (+E.164) or who resolved it"
     list_select_related = ("project", "message")
-    readonly_fields = ("message", "project", "reason", "detail", "last_gateway_response", "attempts", "created_at")
+    readonly_fields = (
+        "message_link", "project", "reason", "detail", "last_gateway_response", "attempts", "status",
+        "resolved_by", "resolved_at", "created_at",
+    )
+    exclude = ("message",)
+    actions = ["force_resend", "dismiss"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="message")
+    def message_link(self, obj: DeadLetter) -> str:
+        url = reverse("admin:messaging_message_change", args=[obj.message_id])
+        return format_html('<a href="{}">{}</a>', url, obj.message_id)
+
+    @admin.display(description="recipient", ordering="message__to")
+    def recipient(self, obj: DeadLetter) -> str:
+        return obj.message.to
+
+    @admin.display(description="category", ordering="message__category")
+    def category(self, obj: DeadLetter) -> str:
+        return obj.message.category
+
+    @admin.action(description="Force resend selected dead letters")
+    def force_resend(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
+        self._act(request, queryset, lambda entry: resend.force_resend(entry, _actor(request)), "resent")
+
+    @admin.action(description="Dismiss selected dead letters")
+    def dismiss(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
+        self._act(request, queryset, lambda entry: resend.dismiss(entry, _actor(request)), "dismissed")
+
+    def _act(self, request: HttpRequest, queryset: QuerySet[DeadLetter], act: Any, verb: str) -> None:
+        done = unchanged = 0
+        refused: list[str] = []
+        for entry in queryset.order_by("pk"):
+            try:
+                result = act(entry)
+            except Rejected as exc:
+                refused.append(f"#{entry.pk}: {exc.code}")
+                continue
+            if result.changed:
+                done += 1
+            else:
+                unchanged += 1
+        self.message_user(request, f"{done} {verb}, {unchanged} already handled.", messages.SUCCESS)
+        if refused:
+            self.message_user(request, f"{len(refused)} refused — " + "; ".join(refused[:20]), messages.WARNING)
+
+
+@admin.register(MessageEvent)
+class MessageEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The timeline across messages; filtered to RESENT it is the audit of who resent what."""
+
+    list_display = ("created_at", "kind", "actor", "message_link", "project", "detail")
+    list_filter = ("kind", "message__project")
+    search_fields = ("=actor", "=message__id")
+    search_help_text = "Actor (e.g. dashboard:bob, admin:ops, api:ps_live_…) or message id"
+    list_select_related = ("message__project",)
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="message")
+    def message_link(self, obj: MessageEvent) -> str:
+        url = reverse("admin:messaging_message_change", args=[obj.message_id])
+        return format_html('<a href="{}">{}</a>', url, obj.message_id)
+
+    @admin.display(description="project")
+    def project(self, obj: MessageEvent) -> Any:
+        return obj.message.project
 
 
 @admin.register(OptIn)
