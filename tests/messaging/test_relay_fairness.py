@@ -1,0 +1,124 @@
+"""The relay's release policy on real Postgres and RabbitMQ: shallow lanes, round-robin by
+project, per-instance pace, OTP independent of marketing (dispatch.release_due)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from messaging import dispatch
+from messaging.accept import SendRequest, accept_message
+from messaging.models import Environment, Message, OutboxEntry
+from pilot_status.celery import LANES, app
+from tests.conftest import add_instance
+
+
+@pytest.fixture
+def empty_lanes(db) -> Iterator[None]:
+    def purge() -> None:
+        dispatch.lane_depths(LANES)  # declares the queues
+        with app.connection_for_write() as conn:
+            for lane in LANES:
+                conn.default_channel.queue_purge(lane)
+
+    purge()
+    yield
+    purge()
+
+
+@pytest.fixture
+def fast_instances(settings):
+    settings.SEND_RATE_PER_INSTANCE = 10_000
+    settings.SEND_RATE_BURST = 10_000
+
+
+def queue(actor, category: str, count: int, to: str | None = None) -> list[str]:
+    """Accept `count` messages through the accept funnel (no HTTP: the rate limit is not under test)."""
+    from messaging import opt_ins
+
+    phone = to or actor.project.test_number
+    opt_ins.record(actor.project, phone, "form")
+    return [
+        accept_message(actor.project, None, Environment.LIVE, SendRequest(phone, category, f"hi {i}"))["id"]
+        for i in range(count)
+    ]
+
+
+def released_projects(ids: set[str]) -> Counter:
+    return Counter(Message.objects.filter(pk__in=ids).values_list("project__name", flat=True))
+
+
+def dispatched_ids() -> set[str]:
+    return {str(pk) for pk in Message.objects.filter(dispatched_at__isnull=False).values_list("pk", flat=True)}
+
+
+def test_a_blast_does_not_bury_another_projects_marketing(empty_lanes, fast_instances, settings, alice, carol):
+    settings.RELAY_LANE_DEPTH = 20
+    add_instance(alice.project, "alice-main")
+    add_instance(carol.project, "carol-main")
+    queue(alice, "MARKETING", 200)
+    queue(carol, "MARKETING", 5)
+
+    result = dispatch.release_due()
+
+    assert result.released == 20 and result.held
+    assert released_projects(dispatched_ids()) == {"Carol Bank": 5, "Alice Store": 15}
+
+
+def test_each_lane_queue_stays_shallow(empty_lanes, fast_instances, settings, alice):
+    settings.RELAY_LANE_DEPTH = 10
+    add_instance(alice.project, "alice-main")
+    queue(alice, "MARKETING", 25)
+
+    assert dispatch.release_all_due().released == 10
+    assert dispatch.release_all_due().released == 0  # nobody consumed: the lane is full
+    assert dispatch.lane_depths(("marketing",))["marketing"] == 10
+    assert OutboxEntry.objects.filter(lane="marketing").count() == 15
+
+
+def test_an_otp_is_released_while_the_marketing_lane_is_full(empty_lanes, fast_instances, settings, alice):
+    settings.RELAY_LANE_DEPTH = 5
+    add_instance(alice.project, "alice-main")
+    queue(alice, "MARKETING", 30)
+    dispatch.release_all_due()
+    otp = queue(alice, "OTP", 1)
+
+    assert dispatch.release_all_due().released == 1
+    assert otp[0] in dispatched_ids()
+
+
+def test_an_instance_is_released_at_its_pace(empty_lanes, settings, alice):
+    settings.SEND_RATE_PER_INSTANCE = 2.0
+    settings.SEND_RATE_BURST = 10
+    add_instance(alice.project, "alice-main")
+    queue(alice, "UTILITY", 30)
+
+    first = dispatch.release_all_due()
+    assert first.released == 4 and first.held  # burst: two seconds of its pace
+    assert dispatch.release_all_due().released == 0
+
+
+def test_an_instance_pace_can_be_set_per_instance(empty_lanes, fast_instances, alice):
+    slow = add_instance(alice.project, "alice-main")
+    slow.send_rate_per_second = 1.0
+    slow.save()
+    queue(alice, "UTILITY", 10)
+    assert dispatch.release_all_due().released == 2
+
+
+def test_a_row_released_early_becomes_claimable_at_once(empty_lanes, fast_instances, alice):
+    from messaging.sending import worker
+
+    add_instance(alice.project, "alice-main")
+    [message_id] = queue(alice, "UTILITY", 1)
+    later = timezone.now() + timedelta(minutes=5)
+    Message.objects.filter(pk=message_id).update(next_attempt_at=later)
+    OutboxEntry.objects.filter(message_id=message_id).update(available_at=timezone.now())  # a reconnect
+
+    assert dispatch.release_all_due().released == 1
+    assert Message.objects.get(pk=message_id).next_attempt_at <= timezone.now()
+    assert worker.claim(message_id) is not None
