@@ -1,0 +1,10 @@
+"""Evolution API v2 simulator.
+
+An outside system for Pilot Status: it answers over HTTP and publishes over RabbitMQ
+the way the real Evolution API does (see /work/shared/spec/evolution-api.md), and adds a
+``/_control`` API for tests, benchmarks and fault injection.
+
+It imports nothing from the product and the product imports nothing from it.
+"""
+
+__version__ = "2.3.7"  # the Evolution version whose behaviour is simulated

@@ -1,0 +1,314 @@
+"""The /_control API: instance set-up, faults, global settings, inspection, reset. No auth."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+from . import jsonbody
+from .errors import Halt, reply
+from .events import upper_name
+from .faults import Faults
+from .ids import digits_of
+from .keys import EMITTER, RABBIT, WEBHOOKS, WHATSAPP, WORLD
+from .state import STATES, Instance, World
+from .whatsapp import WhatsApp
+
+_INSTANCE_KEYS = {"name", "id", "token", "state", "status_reason", "deleted", "loaded", "owner_jid",
+                  "profile_name", "profile_picture_url", "integration", "webhook", "rabbitmq", "faults"}
+_RETRY_KEYS = {"max_attempts", "initial_delay_s", "max_delay_s", "jitter", "exponential",
+               "non_retryable_status_codes"}
+
+
+def _fail(message: str, status: int = 400) -> Halt:
+    return Halt(reply(status, {"error": message}))
+
+
+def _events(value: Any, field: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(f"{field} must be a list of event names")
+    return [upper_name(v) for v in value]
+
+
+def _opt_str(value: Any, field: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise _fail(f"{field} must be a string or null")
+    return value
+
+
+def _bool(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(f"{field} must be a boolean")
+    return value
+
+
+def _number(value: Any, field: str, allow_none: bool = False) -> Any:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise _fail(f"{field} must be a number >= 0")
+    return value
+
+
+def apply_instance(world: World, whatsapp: WhatsApp, name: str, patch: dict[str, Any]) -> Instance:
+    """Create or update (merge) an instance from a control-API body."""
+    if not isinstance(patch, dict):
+        raise _fail("body must be a JSON object")
+    unknown = set(patch) - _INSTANCE_KEYS
+    if unknown:
+        raise _fail(f"unknown field(s): {', '.join(sorted(unknown))}")
+    state = patch.get("state")
+    if state is not None and state not in STATES:
+        raise _fail(f"state must be one of {', '.join(STATES)}")
+    inst = world.instances.get(name)
+    faults: Faults | None = None
+    if "faults" in patch:
+        # Merge into a copy so a bad field leaves the instance untouched.
+        faults = copy.deepcopy(inst.faults) if inst else Faults()
+        try:
+            faults.merge(patch["faults"])
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    is_new = inst is None
+    if inst is None:
+        inst = Instance(name=name)
+        if state is not None:
+            inst.state = state
+            inst.has_been_open = state == "open"
+    if faults is not None:
+        inst.faults = faults
+    for field in ("id", "token", "owner_jid", "integration"):
+        if field in patch:
+            value = _opt_str(patch[field], field)
+            if not value:
+                raise _fail(f"{field} must be a non-empty string")
+            setattr(inst, field, value)
+    for field in ("profile_name", "profile_picture_url"):
+        if field in patch:
+            setattr(inst, field, _opt_str(patch[field], field))
+    for field in ("deleted", "loaded"):
+        if field in patch:
+            setattr(inst, field, _bool(patch[field], field))
+    if "webhook" in patch:
+        _apply_webhook(inst, patch["webhook"])
+    if "rabbitmq" in patch:
+        _apply_rabbitmq(inst, patch["rabbitmq"])
+    reason = patch.get("status_reason")
+    if reason is not None and (not isinstance(reason, int) or isinstance(reason, bool)):
+        raise _fail("status_reason must be an integer")
+    if is_new:
+        world.instances[name] = inst  # only once the whole body was valid
+    elif state is not None:
+        whatsapp.set_state(inst, state, reason)
+    return inst
+
+
+def _apply_webhook(inst: Instance, data: Any) -> None:
+    if not isinstance(data, dict):
+        raise _fail("webhook must be an object")
+    unknown = set(data) - {"enabled", "url", "byEvents", "base64", "headers", "events"}
+    if unknown:
+        raise _fail(f"unknown webhook field(s): {', '.join(sorted(unknown))}")
+    hook = inst.webhook
+    if "url" in data:
+        hook.url = _opt_str(data["url"], "webhook.url")
+        # Setting a URL without saying otherwise means "deliver to it".
+        hook.enabled = bool(hook.url) if "enabled" not in data else hook.enabled
+    if "enabled" in data:
+        hook.enabled = _bool(data["enabled"], "webhook.enabled")
+    if "byEvents" in data:
+        hook.by_events = _bool(data["byEvents"], "webhook.byEvents")
+    if "base64" in data:
+        hook.base64 = _bool(data["base64"], "webhook.base64")
+    if "headers" in data:
+        if not isinstance(data["headers"], dict):
+            raise _fail("webhook.headers must be an object")
+        hook.headers = dict(data["headers"])
+    if "events" in data:
+        hook.events = _events(data["events"], "webhook.events")
+    hook.touch()
+
+
+def _apply_rabbitmq(inst: Instance, data: Any) -> None:
+    if not isinstance(data, dict):
+        raise _fail("rabbitmq must be an object")
+    unknown = set(data) - {"enabled", "events"}
+    if unknown:
+        raise _fail(f"unknown rabbitmq field(s): {', '.join(sorted(unknown))}")
+    if "enabled" in data:
+        inst.rabbitmq.enabled = _bool(data["enabled"], "rabbitmq.enabled")
+    if "events" in data:
+        inst.rabbitmq.events = _events(data["events"], "rabbitmq.events")
+    inst.rabbitmq.touch()
+
+
+def apply_global(world: World, patch: Any) -> None:
+    if not isinstance(patch, dict):
+        raise _fail("body must be a JSON object")
+    cfg = world.cfg
+    for key, value in patch.items():
+        if key in ("webhook_url", "server_url"):
+            setattr(cfg, key, _opt_str(value, key))
+        elif key in ("api_key", "exchange"):
+            if not isinstance(value, str) or not value:
+                raise _fail(f"{key} must be a non-empty string")
+            setattr(cfg, key, value)
+        elif key == "prefix":
+            cfg.prefix = _opt_str(value, key) or ""
+        elif key in ("by_events", "rabbitmq_global", "declare_queues"):
+            setattr(cfg, key, _bool(value, key))
+        elif key in ("webhook_events", "rabbitmq_events"):
+            setattr(cfg, key, _events(value, key))
+        elif key == "webhook_timeout_s":
+            cfg.webhook_timeout_s = float(_number(value, key))
+        elif key == "auto_pair_ms":
+            cfg.auto_pair_ms = _number(value, key, allow_none=True)
+        elif key == "max_stored_messages":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _fail("max_stored_messages must be a positive integer")
+            cfg.max_stored_messages = value
+            world.sends = deque(world.sends, maxlen=value)
+        elif key == "ack_delays_ms":
+            if not isinstance(value, dict):
+                raise _fail("ack_delays_ms must be an object")
+            for status, ms in value.items():
+                _number(ms, f"ack_delays_ms.{status}", allow_none=True)
+            cfg.ack_delays_ms.update(value)
+        elif key == "webhook_retry":
+            if not isinstance(value, dict) or set(value) - _RETRY_KEYS:
+                raise _fail(f"webhook_retry accepts {', '.join(sorted(_RETRY_KEYS))}")
+            for name, item in value.items():
+                if name == "exponential":
+                    _bool(item, f"webhook_retry.{name}")
+                elif name == "non_retryable_status_codes":
+                    if not isinstance(item, list) or not all(isinstance(c, int) for c in item):
+                        raise _fail("webhook_retry.non_retryable_status_codes must be a list of integers")
+                else:
+                    _number(item, f"webhook_retry.{name}")
+            cfg.webhook_retry.update(value)
+        else:
+            raise _fail(f"unknown field {key!r}")
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        return await jsonbody.read(request) if request.body_exists else {}
+    except Halt:
+        raise _fail("body is not valid JSON") from None
+
+
+def _handle(handler: Any) -> Any:
+    async def wrapper(request: web.Request) -> web.StreamResponse:
+        try:
+            result: web.StreamResponse = await handler(request)
+            return result
+        except Halt as halt:
+            return halt.response
+
+    return wrapper
+
+
+@_handle
+async def list_instances(request: web.Request) -> web.StreamResponse:
+    world = request.app[WORLD]
+    return reply(200, [inst.config() for inst in world.instances.values()])
+
+
+@_handle
+async def put_instance(request: web.Request) -> web.StreamResponse:
+    world = request.app[WORLD]
+    inst = apply_instance(world, request.app[WHATSAPP], request.match_info["name"], await _body(request))
+    return reply(200, inst.config())
+
+
+@_handle
+async def get_instance(request: web.Request) -> web.StreamResponse:
+    inst = request.app[WORLD].instances.get(request.match_info["name"])
+    if inst is None:
+        raise _fail("no such instance", 404)
+    return reply(200, {**inst.config(), "counters": inst.counters()})
+
+
+@_handle
+async def get_global(request: web.Request) -> web.StreamResponse:
+    return reply(200, request.app[WORLD].cfg.to_dict())
+
+
+@_handle
+async def post_global(request: web.Request) -> web.StreamResponse:
+    world = request.app[WORLD]
+    apply_global(world, await _body(request))
+    return reply(200, world.cfg.to_dict())
+
+
+@_handle
+async def emit(request: web.Request) -> web.StreamResponse:
+    body = await _body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("event"), str) or not isinstance(body.get("instance"), str):
+        raise _fail('body must be {"instance": str, "event": str, "data": ...}')
+    inst = request.app[WORLD].instances.get(body["instance"])
+    if inst is None:
+        raise _fail("no such instance", 404)
+    request.app[EMITTER].emit(inst, body["event"], body.get("data"))  # any JSON, as given
+    return reply(200, {"emitted": body["event"]})
+
+
+@_handle
+async def sends(request: web.Request) -> web.StreamResponse:
+    world = request.app[WORLD]
+    instance = request.query.get("instance")
+    number = request.query.get("number")
+    wanted = digits_of(number) if number else None
+    out = [r for r in world.sends
+           if (not instance or r["instance"] == instance)
+           and (number is None or r["number"] == number
+                or (wanted and isinstance(r["number"], str) and digits_of(r["number"]) == wanted))]
+    return reply(200, out)
+
+
+@_handle
+async def stats(request: web.Request) -> web.StreamResponse:
+    world = request.app[WORLD]
+    s = world.stats
+    rabbit = request.app[RABBIT]
+    return reply(200, {
+        "send_text": {"total": s.send_total, "by_status": dict(s.send_by_status)},
+        "webhook": {"posted": s.wh_posted, "ok": s.wh_ok, "failed": s.wh_failed, "dropped": s.wh_dropped,
+                    "duplicated": s.wh_duplicated, "retried": s.wh_retried,
+                    "in_flight": len(request.app[WEBHOOKS].tasks)},
+        "rabbitmq": {"published": s.rmq_published, "dropped": s.rmq_dropped, "duplicated": s.rmq_duplicated,
+                     "failed": s.rmq_failed, "enabled": rabbit is not None,
+                     "connected": bool(rabbit and rabbit.connected)},
+        "cpu_seconds": time.process_time(),
+        "uptime_s": time.monotonic() - s.started,
+    })
+
+
+@_handle
+async def reset(request: web.Request) -> web.StreamResponse:
+    world = request.app[WORLD]
+    body = await _body(request)
+    include_global = isinstance(body, dict) and body.get("global") is True
+    world.reset(include_global)
+    request.app[WEBHOOKS].cancel_all()  # no stale retries leaking into the next test
+    rabbit = request.app[RABBIT]
+    if rabbit is not None:
+        rabbit.clear()
+    return reply(200, {"reset": True, "global": include_global})
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/_control/instances", list_instances)
+    r.add_post("/_control/instances/{name}", put_instance)
+    r.add_get("/_control/instances/{name}", get_instance)
+    r.add_get("/_control/global", get_global)
+    r.add_post("/_control/global", post_global)
+    r.add_post("/_control/emit", emit)
+    r.add_get("/_control/sends", sends)
+    r.add_get("/_control/stats", stats)
+    r.add_post("/_control/reset", reset)

@@ -1,0 +1,96 @@
+"""The /_control API: fault injection, inspection and reset."""
+
+from __future__ import annotations
+
+import time
+
+import requests
+
+from .conftest import Json, Receiver, Simulator, sample, wait_for
+
+
+def test_error_sequence_answers_in_order_then_normally(sim: Simulator, inst: Json) -> None:
+    sim.instance("my-instance", faults={"error_sequence": [500, 503, 429]})
+    statuses = [sim.send_text("my-instance").status_code for _ in range(4)]
+    assert statuses == [500, 503, 429, 201]
+    first = sim.sends()[0]
+    assert (first["status"], first["id"]) == (500, None)
+
+
+def test_error_rate_uses_the_configured_status_and_body(sim: Simulator, inst: Json) -> None:
+    sim.instance("my-instance", faults={"error_rate": 1})
+    response = sim.send_text("my-instance")
+    assert response.status_code == 500
+    assert response.json() == {"status": 500, "error": "Internal Server Error",
+                               "response": {"message": "Internal Server Error"}}
+    sim.instance("my-instance", faults={"error_status": 502, "error_body": {"oops": True}})
+    response = sim.send_text("my-instance")
+    assert (response.status_code, response.json()) == (502, {"oops": True})
+    assert sim.http.get(f"{sim.url}/_control/instances/my-instance").json()["counters"]["stored_messages"] == 0
+
+
+def test_latency_delays_every_instance_route(sim: Simulator, inst: Json) -> None:
+    sim.instance("my-instance", faults={"latency_ms": 250})
+    started = time.monotonic()
+    assert sim.get("/instance/connectionState/my-instance").status_code == 200
+    assert time.monotonic() - started >= 0.25
+
+
+def test_hang_after_send_sends_but_never_answers_in_time(sim: Simulator, receiver: Receiver, inst: Json) -> None:
+    sim.instance("my-instance", webhook={"url": receiver.url + "/hook", "events": ["SEND_MESSAGE"]},
+                 faults={"hang_rate": 1, "hang_ms": 3000, "hang_after_send": True})
+    try:
+        sim.send_text("my-instance", timeout=0.5)
+        raise AssertionError("expected the answer to hang")
+    except requests.Timeout:
+        pass
+    assert receiver.wait(1)[0]["event"] == "send.message"  # the message went out anyway
+
+
+def test_hang_before_send_sends_nothing(sim: Simulator, receiver: Receiver, inst: Json) -> None:
+    sim.instance("my-instance", webhook={"url": receiver.url + "/hook"},
+                 faults={"hang_rate": 1, "hang_ms": 300, "hang_after_send": False})
+    started = time.monotonic()
+    assert sim.send_text("my-instance").status_code == 500
+    assert time.monotonic() - started >= 0.3
+    time.sleep(0.1)
+    assert receiver.requests == []
+
+
+def test_ack_delays_can_skip_and_reorder_statuses(sim: Simulator, receiver: Receiver, inst: Json) -> None:
+    sim.instance("my-instance", webhook={"url": receiver.url + "/hook", "events": ["MESSAGES_UPDATE"]},
+                 faults={"ack_delays_ms": {"DELIVERY_ACK": None, "READ": None, "ERROR": 20}})
+    sim.send_text("my-instance")
+    bodies = receiver.wait(2)
+    assert [b["data"]["status"] for b in bodies] == ["SERVER_ACK", "ERROR"]
+
+
+def test_emit_sends_an_arbitrary_event(sim: Simulator, receiver: Receiver, inst: Json) -> None:
+    sim.instance("my-instance", webhook={"url": receiver.url + "/hook"})
+    data = sample("webhook.messages.delete.json")["data"]
+    assert sim.control("emit", {"instance": "my-instance", "event": "messages.delete", "data": data})
+    body = receiver.wait(1)[0]
+    assert (body["event"], body["data"]) == ("messages.delete", data)
+
+
+def test_bad_control_input_is_rejected(sim: Simulator) -> None:
+    response = sim.http.post(f"{sim.url}/_control/instances/x", json={"faults": {"error_rate": 2}})
+    assert response.status_code == 400 and "error_rate" in response.json()["error"]
+    response = sim.http.post(f"{sim.url}/_control/instances/x", json={"stat": "open"})
+    assert response.status_code == 400 and "stat" in response.json()["error"]
+
+
+def test_stats_and_reset(sim: Simulator, inst: Json) -> None:
+    sim.send_text("my-instance")
+    stats = sim.stats()
+    assert stats["send_text"]["total"] == 1 and stats["cpu_seconds"] > 0 and stats["uptime_s"] > 0
+    assert set(stats["webhook"]) >= {"posted", "ok", "failed", "dropped", "duplicated", "retried"}
+    assert set(stats["rabbitmq"]) >= {"published", "dropped", "duplicated", "failed"}
+    sim.control("global", {"webhook_timeout_s": 7})
+    sim.control("reset")
+    assert sim.stats()["send_text"]["total"] == 0 and sim.sends() == []
+    assert sim.send_text("my-instance").status_code == 404
+    assert sim.http.get(f"{sim.url}/_control/global").json()["webhook_timeout_s"] == 7  # global kept
+    sim.control("reset", {"global": True})
+    assert sim.http.get(f"{sim.url}/_control/global").json()["webhook_timeout_s"] == 30
+    wait_for(lambda: sim.stats()["webhook"]["in_flight"] == 0)
