@@ -1,126 +1,194 @@
 """The RabbitMQ channel of dual ingestion (seeds.md B, channel 2).
 
-Our own durable queue is bound to Evolution's topic exchange(s); Evolution's quorum queues are
-never redeclared (services.md). Per message: lock → inbox (channel RABBITMQ) → forward to the
-webhook handler with already_saved → ack. Every failure goes through `_retry_later`, which moves
-the message to a delay queue (per-queue TTL, dead-lettered back to the work queue: 5 s, 30 s,
-3 min) and finally to a parking queue, so a failing forward is never a hot requeue loop.
+Our own durable quorum queue is bound with `#` to Evolution's topic exchange (global mode) and,
+in per-instance mode, to the exchange Evolution names after each instance; the set of instance
+exchanges is re-read from the database while running, so instances added later are followed.
+Evolution's own quorum queues are never declared (services.md).
+
+Per message: lock → inbox (channel RABBITMQ, committed) → forward to the webhook handler with
+already_saved → ack. Every failure goes through `_retry_later`, which moves the message to a
+delay queue (per-queue TTL, dead-lettered back to the work queue: 5 s, 30 s, 3 min) and finally
+to a parking queue; a busy lock or a database outage waits in a delay queue without using a
+retry. Nothing is ever requeued straight back (no hot loop).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import requests
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections
-from kombu import Connection, Consumer, Exchange, Producer, Queue
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db.models import F
+from kombu import Connection, Consumer, Exchange, Producer, Queue, binding
 from kombu.mixins import ConsumerMixin
 
 from pilot_status import metrics
 
-from . import inbox
-from .models import Channel
-from .receive import LOCK_PREFIX, LOCK_TTL_SECONDS
+from . import forwarding, inbox
+from .locks import event_lock
+from .models import Channel, IngestionEvent
 
 log = logging.getLogger(__name__)
 
-WORK_QUEUE = "pilot_status.evolution.ingest"
-PARKING_QUEUE = "pilot_status.evolution.parked"
 RETRY_DELAYS_S = (5, 30, 180)
+# A lock held by the other channel is released within milliseconds: come back after the
+# shortest delay. A database outage lasts longer: wait in the 30 s queue, retries untouched.
+LOCKED_DELAY_S = RETRY_DELAYS_S[0]
+DB_DOWN_DELAY_S = RETRY_DELAYS_S[1]
 RETRY_HEADER = "x-ps-retries"
-
-
-def retry_queue_name(delay: int) -> str:
-    return f"pilot_status.evolution.retry.{delay}s"
+ERROR_HEADER = "x-ps-last-error"
 
 
 @dataclass(frozen=True)
-class Topology:
-    exchanges: list[Exchange]
-    work: Queue
-    retries: list[Queue]
-    parking: Queue
+class QueueNames:
+    prefix: str
+
+    @property
+    def work(self) -> str:
+        return f"{self.prefix}.ingest"
+
+    @property
+    def parking(self) -> str:
+        return f"{self.prefix}.parked"
+
+    def retry(self, delay: int) -> str:
+        return f"{self.prefix}.retry.{delay}s"
 
 
-def topology(instance_names: list[str] | None = None) -> Topology:
-    """Our queues, bound to the global exchange and (per-instance mode) one exchange per instance."""
+def queue_names() -> QueueNames:
+    return QueueNames(settings.EVOLUTION_RABBITMQ_QUEUE_PREFIX)
+
+
+def evolution_exchange(name: str) -> Exchange:
+    # Exactly what Evolution asserts (topic, durable, not auto-delete), so declaring it first
+    # (a binding to a missing exchange would close the channel) never conflicts.
+    return Exchange(name, type="topic", durable=True, auto_delete=False)
+
+
+def exchange_names(instance_names: list[str] | None = None) -> list[str]:
+    """Global mode: Evolution's exchange. Per-instance mode: plus one exchange per instance."""
     names = [settings.EVOLUTION_RABBITMQ_EXCHANGE]
     if settings.EVOLUTION_RABBITMQ_PER_INSTANCE:
-        names += [n for n in instance_names or [] if n not in names]
-    # Same type and durability Evolution asserts (topic, durable), so declaring is harmless.
-    exchanges = [Exchange(name, type="topic", durable=True, auto_delete=False) for name in names]
+        names += sorted({n for n in instance_names or [] if n and n not in names})
+    return names
+
+
+@dataclass
+class Topology:
+    names: QueueNames
+    exchanges: list[Exchange]
+    work: Queue
+    retries: list[Queue] = field(default_factory=list)
+    parking: Queue | None = None
+
+
+def topology(instance_names: list[str] | None = None, names: QueueNames | None = None) -> Topology:
+    names = names or queue_names()
+    exchanges = [evolution_exchange(n) for n in exchange_names(instance_names)]
     work = Queue(
-        WORK_QUEUE,
-        bindings=[_binding(e) for e in exchanges],
+        names.work,
+        bindings=[binding(e, routing_key="#") for e in exchanges],
         durable=True,
         queue_arguments={"x-queue-type": "quorum"},
     )
     retries = [
         Queue(
-            retry_queue_name(delay),
+            names.retry(delay),
             durable=True,
             queue_arguments={
                 "x-queue-type": "quorum",
                 "x-message-ttl": delay * 1000,
-                # Expired messages return to the work queue through the default exchange.
+                # Expired messages go back to the work queue through the default exchange.
                 "x-dead-letter-exchange": "",
-                "x-dead-letter-routing-key": WORK_QUEUE,
+                "x-dead-letter-routing-key": names.work,
             },
         )
         for delay in RETRY_DELAYS_S
     ]
-    parking = Queue(PARKING_QUEUE, durable=True, queue_arguments={"x-queue-type": "quorum"})
-    return Topology(exchanges, work, retries, parking)
+    parking = Queue(names.parking, durable=True, queue_arguments={"x-queue-type": "quorum"})
+    return Topology(names, exchanges, work, retries, parking)
 
 
-def _binding(exchange: Exchange) -> Any:
-    from kombu import binding
+def instance_names_from_db() -> list[str] | None:
+    """The instances to follow in per-instance mode; None when the database cannot say now."""
+    from messaging.models import Instance
 
-    return binding(exchange, routing_key="#")
-
-
-def forward(payload: dict[str, Any], timeout: float = 10.0) -> tuple[bool, str]:
-    """POST the saved event to the webhook handler with already_saved (seeds B)."""
-    body = dict(payload)
-    body["already_saved"] = True
     try:
-        response = requests.post(
-            settings.INTERNAL_WEBHOOK_URL,
-            json=body,
-            headers={"x-internal-webhook-secret": settings.INTERNAL_WEBHOOK_SECRET},
-            timeout=timeout,
-        )
-    except requests.RequestException as exc:
-        return False, f"{exc.__class__.__name__}: {exc}"[:300]
-    if 200 <= response.status_code < 300:
-        return True, ""
-    return False, f"HTTP {response.status_code}: {response.text[:200]}"
+        close_old_connections()
+        return list(Instance.objects.values_list("name", flat=True))
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("cannot read instances (%s); keeping the current bindings", exc)
+        connection.close()
+        return None
 
 
 class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
-    def __init__(self, connection: Connection, topo: Topology):
+    def __init__(
+        self,
+        connection: Connection,
+        topo: Topology,
+        instance_source: Callable[[], list[str] | None] | None = None,
+        refresh_seconds: float | None = None,
+    ):
         self.connection = connection
         self.topology = topo
+        self.instance_source = instance_source
+        self.refresh_seconds = refresh_seconds if refresh_seconds is not None else settings.EVOLUTION_RABBITMQ_REFRESH_SECONDS
+        self.bound: set[str] = {e.name for e in topo.exchanges}
+        self.channel: Any = None
+        self.next_refresh = time.monotonic() + self.refresh_seconds
         self.handled = 0
 
+    # ---- topology ------------------------------------------------------------------------
+
     def get_consumers(self, consumer_cls: type[Consumer], channel: Any) -> list[Consumer]:
+        self.channel = channel
         for queue in [*self.topology.retries, self.topology.parking]:
+            assert queue is not None
             queue.bind(channel).declare()
-        consumer = consumer_cls(
-            queues=[self.topology.work], callbacks=[self.on_message], accept=None, prefetch_count=20
-        )
+        # After a reconnect, also bind exchanges learnt while running (bindings are idempotent).
+        self.topology.work.bindings = {binding(evolution_exchange(n), routing_key="#") for n in sorted(self.bound)}
+        consumer = consumer_cls(queues=[self.topology.work], callbacks=[self.on_message], accept=None, prefetch_count=20)
         return [consumer]
+
+    def on_iteration(self) -> None:
+        if self.instance_source is None or not settings.EVOLUTION_RABBITMQ_PER_INSTANCE:
+            return
+        if time.monotonic() < self.next_refresh:
+            return
+        self.next_refresh = time.monotonic() + self.refresh_seconds
+        self.refresh_bindings()
+
+    def refresh_bindings(self) -> list[str]:
+        """Bind the work queue to the exchanges of instances added since the last look."""
+        assert self.instance_source is not None
+        found = self.instance_source()
+        if found is None or self.channel is None:
+            return []
+        added = [n for n in exchange_names(found) if n not in self.bound]
+        for name in added:
+            exchange = evolution_exchange(name)
+            exchange.bind(self.channel).declare()
+            self.channel.queue_bind(self.topology.work.name, exchange=name, routing_key="#")
+            self.bound.add(name)
+            log.info("following instance exchange %s", name)
+        return added
 
     def on_connection_error(self, exc: Exception, interval: float) -> None:
         log.warning("RabbitMQ unavailable (%s); reconnecting in %.0fs", exc, interval)
 
+    # ---- messages ------------------------------------------------------------------------
+
     def on_message(self, body: Any, message: Any) -> None:
         try:
             self.handle(message)
+        except self.connection.connection_errors:
+            raise  # the broker went away: the unacked message is redelivered after reconnecting
         except Exception as exc:  # the one error path (zulip _handle_consume_exception)
             log.exception("ingestion consumer failed on a message")
             self._retry_later(message, f"{exc.__class__.__name__}: {exc}")
@@ -132,57 +200,50 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             log.warning("parking a message that is not an Evolution event")
             self._park(message, "not an Evolution event")
             return "parked"
-        key = inbox.dedup_key(payload)
-        client = _redis()
-        if client is not None:
+        close_old_connections()
+        with event_lock(inbox.dedup_key(payload)) as acquired:
+            if not acquired:
+                # The webhook channel is on it right now: look again after a short delay
+                # instead of spinning on an immediate requeue.
+                metrics.evolution("rabbitmq:requeued")
+                self._delay(message, LOCKED_DELAY_S, count_as_retry=False, reason="locked by another channel")
+                return "requeued"
             try:
-                if not client.set(LOCK_PREFIX + key, "rabbitmq", nx=True, ex=LOCK_TTL_SECONDS):
-                    # The webhook channel is on it right now. Come back after a short delay
-                    # instead of spinning on an immediate requeue.
-                    metrics.evolution("rabbitmq:requeued")
-                    self._delay(message, RETRY_DELAYS_S[0], count_as_retry=False)
-                    return "requeued"
-            except Exception:
-                client = None
-        try:
-            try:
-                event, created = inbox.record(Channel.RABBITMQ, payload)
-            except DatabaseError:
-                close_old_connections()
-                raise
+                event, _ = inbox.record(Channel.RABBITMQ, payload)
+            except (OperationalError, InterfaceError) as exc:
+                connection.close()  # a dead connection is not reused for the next message
+                metrics.evolution("rabbitmq:db_unavailable")
+                self._delay(message, DB_DOWN_DELAY_S, count_as_retry=False, reason=f"database unavailable: {exc}")
+                return "db_unavailable"
+            # The row is committed (autocommit); only now may the message be acked.
             if event.processed_at is not None:
                 metrics.evolution("rabbitmq:skipped")
                 message.ack()
                 return "skipped"
-            ok, error = forward(payload)
+            ok, error = forwarding.forward(payload)
             if ok:
                 metrics.evolution("rabbitmq:forward_ok")
                 message.ack()
                 return "forwarded"
             metrics.evolution("rabbitmq:forward_fail")
+            _note_failure(event, error)
             self._retry_later(message, error)
             return "retry"
-        finally:
-            if client is not None:
-                try:
-                    client.delete(LOCK_PREFIX + key)
-                except Exception:
-                    pass
 
     def _retry_later(self, message: Any, reason: str) -> None:
-        retries = int((message.headers or {}).get(RETRY_HEADER, 0))
+        retries = _retries(message)
         if retries >= len(RETRY_DELAYS_S):
             self._park(message, reason)
             return
         self._delay(message, RETRY_DELAYS_S[retries], count_as_retry=True, reason=reason)
 
-    def _delay(self, message: Any, delay: int, count_as_retry: bool, reason: str = "") -> None:
-        retries = int((message.headers or {}).get(RETRY_HEADER, 0))
-        headers = {RETRY_HEADER: retries + 1 if count_as_retry else retries, "x-ps-last-error": reason[:200]}
-        self._publish(message, retry_queue_name(delay), headers)
+    def _delay(self, message: Any, delay: int, count_as_retry: bool, reason: str) -> None:
+        retries = _retries(message) + (1 if count_as_retry else 0)
+        self._publish(message, self.topology.names.retry(delay), {RETRY_HEADER: retries, ERROR_HEADER: reason[:200]})
 
     def _park(self, message: Any, reason: str) -> None:
-        self._publish(message, PARKING_QUEUE, {"x-ps-last-error": reason[:200]})
+        metrics.evolution("rabbitmq:parked")
+        self._publish(message, self.topology.names.parking, {ERROR_HEADER: reason[:200]})
 
     def _publish(self, message: Any, queue_name: str, headers: dict[str, Any]) -> None:
         # Publish the copy first, then ack the original: a crash in between duplicates the
@@ -190,6 +251,22 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         producer = Producer(message.channel, exchange=Exchange(""), routing_key=queue_name)
         producer.publish(message.body, headers=headers, delivery_mode=2)
         message.ack()
+
+
+def _retries(message: Any) -> int:
+    try:
+        return int((message.headers or {}).get(RETRY_HEADER, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _note_failure(event: IngestionEvent, error: str) -> None:
+    try:
+        IngestionEvent.objects.filter(pk=event.pk).update(
+            forward_attempts=F("forward_attempts") + 1, last_error=error[:500]
+        )
+    except Exception:  # bookkeeping only
+        log.debug("could not note the failed forward of event %s", event.pk)
 
 
 def _decode(body: Any) -> Any:
@@ -204,10 +281,3 @@ def _decode(body: Any) -> Any:
         except ValueError:
             return None
     return body if isinstance(body, dict) else None
-
-
-def _redis() -> Any:
-    try:
-        return metrics.redis()
-    except Exception:
-        return None

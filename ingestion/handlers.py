@@ -1,8 +1,9 @@
 """The business logic of Evolution events. Idempotent, forward only, and it sets processed_at.
 
-`apply(event)` returns an outcome word; when the message a receipt talks about is not known
-yet (the ack raced ahead of the worker's commit), the event stays unprocessed and is applied
-as soon as the send is recorded (`apply_waiting_for`) or by the reconciler.
+`apply(event)` returns an outcome word. When the message a receipt or a send confirmation
+talks about is not known yet (the ack raced ahead of the worker's commit), the event stays
+unprocessed and is applied as soon as the send is recorded (`apply_waiting_for`, on the
+domain's `message_sent` signal) or, failing that, by the reconciler.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from messaging import lifecycle
 from messaging.models import FailureReason, Instance, Message, Status
-from pilot_status import metrics
+from messaging.sending import instance_state
 
 from .models import IngestionEvent
 
@@ -28,8 +29,10 @@ RECEIPT_STATUS = {
     "READ": Status.READ,
     "PLAYED": Status.READ,
 }
+CONNECTION_STATES = ("open", "connecting", "close")
 WAITING = "waiting_for_message"
-# A receipt whose message never shows up (sent from the phone, or from another system on the
+ALREADY_PROCESSED = "already_processed"
+# A receipt whose message never shows up (sent from the phone, or by another system on the
 # same instance) is closed after this long so the reconciler stops carrying it.
 UNMATCHED_AFTER = timedelta(hours=1)
 
@@ -37,9 +40,11 @@ UNMATCHED_AFTER = timedelta(hours=1)
 def apply(event: IngestionEvent) -> str:
     """Run the event's effect once and mark it processed (unless it must wait for its message)."""
     with transaction.atomic():
+        # The row lock serialises both channels and the reconciler on one event, even with
+        # Redis down; processed_at is re-read under it.
         locked = IngestionEvent.objects.select_for_update().get(pk=event.pk)
         if locked.processed_at is not None:
-            return "already_processed"
+            return ALREADY_PROCESSED
         outcome = _effect(locked)
         if outcome == WAITING and timezone.now() - locked.received_at > UNMATCHED_AFTER:
             outcome = "unmatched"
@@ -53,30 +58,34 @@ def apply(event: IngestionEvent) -> str:
 def _effect(event: IngestionEvent) -> str:
     payload = event.payload if isinstance(event.payload, dict) else {}
     data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
-    name = event.event
-    if name == "messages.update":
-        return _receipt(event, data)
-    if name == "send.message":
-        return _confirm_send(event, data)
-    if name == "connection.update":
-        return _connection(event, data)
+    instance = Instance.objects.filter(name=event.instance_name).first()
+    if instance is None:
+        return "unknown_instance"
+    if event.event == "messages.update":
+        return _receipt(event, instance, data)
+    if event.event == "send.message":
+        return _confirm_send(event, instance)
+    if event.event == "connection.update":
+        return _connection(event, instance, data)
+    # messages.upsert, messages.delete, contacts.*, chats.*, ...: kept in the inbox, no effect.
     return "stored"
 
 
-def _message_for(event: IngestionEvent) -> Message | None:
+def _message_for(event: IngestionEvent, instance: Instance) -> Message | None:
+    # Matched on keyId only (plus the instance): in Evolution 2.3.7 remoteJid may be an @lid
+    # id that says nothing about the number we sent to.
     if not event.key_id:
         return None
-    rows = Message.objects.filter(evolution_message_id=event.key_id)
-    if event.instance_name:
-        rows = rows.filter(instance__name=event.instance_name)
-    return rows.first()
+    return Message.objects.filter(evolution_message_id=event.key_id, instance=instance).first()
 
 
-def _receipt(event: IngestionEvent, data: dict[str, Any]) -> str:
+def _receipt(event: IngestionEvent, instance: Instance, data: dict[str, Any]) -> str:
     if data.get("fromMe") is False:
         return "ignored_inbound"
     status = str(data.get("status", ""))
-    message = _message_for(event)
+    if status != "ERROR" and status not in RECEIPT_STATUS:
+        return "ignored_status"  # PENDING, DELETED, EDITED: no delivery progress
+    message = _message_for(event, instance)
     if message is None:
         return WAITING
     if status == "ERROR":
@@ -84,57 +93,63 @@ def _receipt(event: IngestionEvent, data: dict[str, Any]) -> str:
             message,
             FailureReason.REJECTED,
             "WhatsApp reported an error for this message",
-            response={"event": "messages.update", "status": "ERROR"},
+            response={"event": "messages.update", "status": "ERROR", "keyId": event.key_id},
             from_statuses=(Status.SENT, Status.SERVER_ACK),
         )
         return "failed" if failed else "stale"
-    target = RECEIPT_STATUS.get(status)
-    if target is None:
-        return "ignored_status"
-    if message.advance(target, source="evolution", evolutionStatus=status):
-        metrics.messages(f"status:{target}:{message.lane}")
+    if message.advance(RECEIPT_STATUS[status], source="evolution", evolutionStatus=status):
         return "applied"
     return "stale"
 
 
-def _confirm_send(event: IngestionEvent, data: dict[str, Any]) -> str:
-    message = _message_for(event)
-    return WAITING if message is None else "confirmed"
+def _confirm_send(event: IngestionEvent, instance: Instance) -> str:
+    # The worker already recorded SENT from sendText's answer; this event confirms the id
+    # (and, arriving first, waits for that commit like any early receipt).
+    return WAITING if _message_for(event, instance) is None else "confirmed"
 
 
-def _connection(event: IngestionEvent, data: dict[str, Any]) -> str:
+def _connection(event: IngestionEvent, instance: Instance, data: dict[str, Any]) -> str:
     state = data.get("state")
-    if state not in ("open", "connecting", "close"):
-        return "ignored_state"
-    instance = Instance.objects.filter(name=event.instance_name).first()
-    if instance is None:
-        return "unknown_instance"
-    changed = instance.set_connection_state(state)
-    if changed and state == "open":
-        _release_waiting(instance)
+    if state not in CONNECTION_STATES:
+        return "ignored_state"  # e.g. "refused" (QR limit): not a connection state
+    # Serialise connection events of one instance, so that the "is a newer one applied?"
+    # check and the write cannot interleave between two channels.
+    Instance.objects.select_for_update().filter(pk=instance.pk).first()
+    if event.occurred_at is not None and _newer_state_applied(event):
+        return "stale"
+    # The domain records it, refreshes the worker's cached view and, on `open`, releases the
+    # messages that were smart-waiting for this instance (paced by the relay).
+    instance_state.remember(instance.name, str(state))
+    changed = instance_state.sync(instance, str(state))
     return "state_changed" if changed else "state_unchanged"
 
 
-def _release_waiting(instance: Instance) -> None:
-    """A reconnect makes the instance's waiting messages due now; the relay paces them out."""
-    from messaging.models import OutboxEntry
-
-    now = timezone.now()
-    OutboxEntry.objects.filter(
-        message__instance=instance, message__status=Status.QUEUED, available_at__gt=now
-    ).update(available_at=now)
+def _newer_state_applied(event: IngestionEvent) -> bool:
+    """A later connection.update already set the state: this one arrived late (other channel, retry)."""
+    return (
+        IngestionEvent.objects.filter(
+            event="connection.update",
+            instance_name=event.instance_name,
+            processed_at__isnull=False,
+            occurred_at__gt=event.occurred_at,
+        )
+        .exclude(outcome__in=("stale", "ignored_state"))
+        .exists()
+    )
 
 
 def apply_waiting_for(key_id: str) -> int:
     """Apply receipts that arrived before their message's send was committed."""
     applied = 0
     for event in IngestionEvent.objects.filter(key_id=key_id, processed_at__isnull=True).order_by("received_at", "pk"):
-        if apply(event) != WAITING:
+        if apply(event) not in (WAITING, ALREADY_PROCESSED):
             applied += 1
     return applied
 
 
 def on_message_sent(sender: Any, message: Message, **kwargs: Any) -> None:
+    if not message.evolution_message_id:
+        return
     try:
         apply_waiting_for(message.evolution_message_id)
     except Exception:  # the reconciler applies them later; never fail the send for this

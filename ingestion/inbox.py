@@ -4,63 +4,96 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.utils.dateparse import parse_datetime
 
 from .models import IngestionEvent
+
+# Events whose `data` is a state snapshot rather than a unique occurrence: the same data comes
+# back every time the state returns (open → connecting → open), so the occurrence time is part
+# of their identity. Evolution reuses one body for all retries of a webhook, so retries still
+# collapse; with the real Evolution the two channels stamp `date_time` separately, giving at
+# most one row per channel for one transition, both applying the same state (harmless).
+SNAPSHOT_EVENTS = frozenset({"connection.update", "qrcode.updated", "presence.update"})
+
+# Evolution's event names are dotted lower case (`messages.update`, `group-participants.update`).
+_EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
 
 def dedup_key(payload: dict[str, Any]) -> str:
     """SHA-256 of what identifies the event, not of how it travelled.
 
-    `date_time`, `destination`, `server_url` and `apikey` differ between the webhook and the
-    RabbitMQ copy of one event (or between Evolution's retries), so they are left out.
+    `date_time`, `destination`, `server_url`, `sender` and `apikey` differ between the webhook
+    and the RabbitMQ copy of one event (or are channel plumbing), so they are left out; two
+    statuses of one message differ in `data.status` and are two events.
     """
-    identity = {
+    identity: dict[str, Any] = {
         "event": payload.get("event"),
         "instance": payload.get("instance"),
         "data": payload.get("data"),
     }
+    if payload.get("event") in SNAPSHOT_EVENTS:
+        identity["date_time"] = payload.get("date_time")
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def key_id_of(payload: dict[str, Any]) -> str:
+    """The WhatsApp message id an event is about (receipts carry it as keyId, sends as key.id)."""
     data = payload.get("data")
     if not isinstance(data, dict):
         return ""
     if isinstance(data.get("keyId"), str):
-        return data["keyId"]
+        return str(data["keyId"])
     key = data.get("key")
     if isinstance(key, dict) and isinstance(key.get("id"), str):
-        return key["id"]
+        return str(key["id"])
     if payload.get("event") == "messages.delete" and isinstance(data.get("id"), str):
-        return data["id"]
+        return str(data["id"])
     return ""
 
 
+def occurred_at_of(payload: dict[str, Any]) -> datetime | None:
+    value = payload.get("date_time")
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_datetime(value)
+    except ValueError:
+        return None
+
+
 def is_evolution_event(payload: Any) -> bool:
+    """The envelope Evolution sends on both channels: {event, instance, data, ...}."""
     return (
         isinstance(payload, dict)
         and isinstance(payload.get("event"), str)
-        and bool(payload["event"])
+        and bool(_EVENT_NAME.match(payload["event"]))
         and isinstance(payload.get("instance"), str)
+        and 0 < len(payload["instance"]) <= 100
         and "data" in payload
+        and isinstance(payload["data"], (dict, list))
     )
 
 
 def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]:
-    """Store the raw event once; returns (row, created). Concurrent channels meet at the unique key."""
+    """Store the raw event once; returns (row, created). Concurrent channels meet at the unique key.
+
+    Runs in autocommit: when it returns, the row is committed (the consumer acks after this).
+    """
     key = dedup_key(payload)
     stored = {k: v for k, v in payload.items() if k != "already_saved"}
     with connection.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO evolution_ingestion_events
-                (dedup_key, channel, event, instance_name, key_id, payload, received_at,
+                (dedup_key, channel, event, instance_name, key_id, payload, received_at, occurred_at,
                  outcome, forward_attempts, last_error)
-            VALUES (%s, %s, %s, %s, %s, %s::jsonb, now(), '', 0, '')
+            VALUES (%s, %s, %s, %s, %s, %s::jsonb, now(), %s, '', 0, '')
             ON CONFLICT (dedup_key) DO NOTHING
             RETURNING id
             """,
@@ -71,6 +104,7 @@ def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]
                 str(payload.get("instance"))[:100],
                 key_id_of(payload)[:64],
                 json.dumps(stored),
+                occurred_at_of(payload),
             ],
         )
         row = cursor.fetchone()

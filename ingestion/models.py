@@ -22,6 +22,9 @@ class IngestionEvent(models.Model):
     key_id = models.CharField(max_length=64, blank=True, default="", help_text="WhatsApp message id")
     payload = models.JSONField()
     received_at = models.DateTimeField(default=timezone.now)
+    # Evolution's own `date_time` (its local clock, labelled Z): orders state snapshots such as
+    # connection.update that may arrive out of order over two channels.
+    occurred_at = models.DateTimeField(null=True, blank=True)
     processed_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=40, blank=True, default="")
     forward_attempts = models.PositiveIntegerField(default=0)

@@ -1,53 +1,61 @@
 """Ingestion reconciler (seeds B): forward again events saved but never processed.
 
-Covers a crash after the event was saved and before its business logic finished (a consumer
-killed between save and forward, a web process killed mid-request).
+Covers a crash after an event was saved and before its business logic finished (a consumer
+killed between save and forward, a web process killed mid-request) and receipts that arrived
+before their message's send was committed and missed the `message_sent` hook. The forward
+goes through the webhook handler like any other, so the business logic stays in one place.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
-import requests
 from django.conf import settings
+from django.db.models import F
 from django.utils import timezone
 
 from pilot_status import metrics
 
+from . import forwarding
 from .models import IngestionEvent
 
 log = logging.getLogger(__name__)
 
-STALE_AFTER = timedelta(minutes=2)
 BATCH = 500
+# One tick must end well before the next (beat period 5 min).
+DEADLINE_SECONDS = 120.0
+# The web is down or refusing us: stop hammering it, the next tick tries again.
+MAX_CONSECUTIVE_FAILURES = 3
 
 
-def forward(event: IngestionEvent, timeout: float = 10.0) -> bool:
-    """POST the saved event to the webhook handler with already_saved; True on a 2xx."""
-    body = dict(event.payload) if isinstance(event.payload, dict) else {}
-    body["already_saved"] = True
-    try:
-        response = requests.post(
-            settings.INTERNAL_WEBHOOK_URL,
-            json=body,
-            headers={"x-internal-webhook-secret": settings.INTERNAL_WEBHOOK_SECRET},
-            timeout=timeout,
-        )
-    except requests.RequestException as exc:
-        IngestionEvent.objects.filter(pk=event.pk).update(last_error=str(exc)[:500])
-        return False
-    return 200 <= response.status_code < 300
+def default_stale_after() -> timedelta:
+    return timedelta(seconds=settings.INGESTION_STALE_AFTER_SECONDS)
 
 
-def run_batch(limit: int = BATCH, stale_after: timedelta = STALE_AFTER) -> int:
-    cutoff = timezone.now() - stale_after
-    forwarded = 0
-    for event in IngestionEvent.objects.filter(processed_at__isnull=True, received_at__lt=cutoff).order_by(
-        "received_at"
-    )[:limit]:
-        IngestionEvent.objects.filter(pk=event.pk).update(forward_attempts=event.forward_attempts + 1)
-        if forward(event):
+def run_batch(limit: int = BATCH, stale_after: timedelta | None = None, deadline_s: float = DEADLINE_SECONDS) -> int:
+    """Forward up to `limit` stale unprocessed events; returns how many were accepted."""
+    cutoff = timezone.now() - (stale_after if stale_after is not None else default_stale_after())
+    started = time.monotonic()
+    forwarded = failures = 0
+    # Uses the partial index ingest_unprocessed (received_at where processed_at is null).
+    candidates = (
+        IngestionEvent.objects.filter(processed_at__isnull=True, received_at__lt=cutoff)
+        .order_by("received_at")
+        .values_list("pk", "payload")[:limit]
+    )
+    for pk, payload in candidates:
+        if time.monotonic() - started > deadline_s or failures >= MAX_CONSECUTIVE_FAILURES:
+            break
+        ok, error = forwarding.forward(payload if isinstance(payload, dict) else {})
+        IngestionEvent.objects.filter(pk=pk).update(forward_attempts=F("forward_attempts") + 1, last_error=error[:500])
+        if ok:
             forwarded += 1
+            failures = 0
             metrics.evolution("reconciler:reforwarded")
+        else:
+            failures += 1
+            metrics.evolution("reconciler:forward_fail")
+            log.warning("reconciler: forward of event %s failed: %s", pk, error)
     return forwarded

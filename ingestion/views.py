@@ -1,4 +1,4 @@
-"""POST /api/internal/webhook[/<event-suffix>]: thin; the work is in ingestion.receive."""
+"""Internal endpoints: Evolution's webhook and the counters. Thin; the work is in ingestion.receive."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import logging
 from typing import Any
 
 from django.db import DatabaseError
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from pilot_status import metrics
 from pilot_status.errors import error_response
@@ -21,26 +21,62 @@ log = logging.getLogger(__name__)
 
 @csrf_exempt
 @require_POST
-def webhook(request: HttpRequest, event_suffix: str = "") -> JsonResponse:
+def webhook(request: HttpRequest, event_suffix: str = "") -> HttpResponse:
     try:
         payload: Any = json.loads(request.body)
     except (ValueError, UnicodeDecodeError):
         return error_response(400, "invalid_json", "The body is not valid JSON.")
     if not inbox.is_evolution_event(payload):
+        # 400 is non-retryable for Evolution: a body that is not an event never will be.
         return error_response(400, "not_an_evolution_event", "Expected an Evolution event: {event, instance, data}.")
-    already_saved = payload.get("already_saved") is True
     try:
-        if already_saved:
+        if payload.get("already_saved") is True:
             if not auth.is_internal(request):
                 metrics.evolution("webhook:unauthorized")
                 return error_response(401, "unauthorized", "Internal forwards need the internal secret.")
-            outcome = receive.receive_forwarded(payload)
+            received = receive.receive_forwarded(payload)
         else:
             if auth.authenticate_evolution(request, payload) is None:
                 metrics.evolution("webhook:unauthorized")
                 return error_response(401, "unauthorized", "Unknown instance or bad Evolution credentials.")
-            outcome = receive.receive_webhook(payload)
-    except DatabaseError:
-        log.warning("webhook: database unavailable, asking Evolution to retry")
-        return error_response(503, "unavailable", "Cannot store the event now; retry later.")
-    return JsonResponse({"status": outcome})
+            received = receive.receive_webhook(payload)
+    except DatabaseError as exc:
+        # Not stored: 503 is retryable for Evolution (and for our consumer and reconciler).
+        log.warning("webhook: database unavailable (%s); asking the sender to retry", exc)
+        metrics.evolution("webhook:unavailable")
+        response = error_response(503, "unavailable", "Cannot store the event now; retry later.")
+        response["Retry-After"] = "5"
+        return response
+    return JsonResponse(received.as_json())
+
+
+def _metrics_allowed(request: HttpRequest) -> HttpResponse | None:
+    if not auth.is_internal(request):
+        return error_response(401, "unauthorized", "The metrics need the internal secret.")
+    return None
+
+
+@require_GET
+def metrics_json(request: HttpRequest) -> HttpResponse:
+    refused = _metrics_allowed(request)
+    if refused is not None:
+        return refused
+    try:
+        counters = metrics.read_all()
+    except Exception as exc:  # Redis down: the counters are unreadable, say so
+        log.warning("metrics: Redis unavailable (%s)", exc)
+        return error_response(503, "unavailable", "The counters are unavailable (Redis).")
+    return JsonResponse({"counters": counters})
+
+
+@require_GET
+def metrics_prometheus(request: HttpRequest) -> HttpResponse:
+    refused = _metrics_allowed(request)
+    if refused is not None:
+        return refused
+    try:
+        counters = metrics.read_all()
+    except Exception as exc:
+        log.warning("metrics: Redis unavailable (%s)", exc)
+        return HttpResponse("# counters unavailable: Redis\n", status=503, content_type="text/plain; version=0.0.4")
+    return HttpResponse(metrics.prometheus_text(counters), content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,19 +1,27 @@
 """Counters in Redis (seeds B "Observability"): `ps:metrics:evolution:*` and `ps:metrics:messages:*`.
 
 Counting must never break the work it counts: when Redis is down, counts are lost, work is not.
+
+Message counters are derived from the timeline: every `MessageEvent` written through
+`Message.record` is counted once its transaction commits, so every status change by any
+process (API, lane worker, ingestion, reconcilers, dashboard) is counted in one place:
+`messages:status:<STATUS>:<lane>` and `messages:failed:<REASON>:<lane>`.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
+from django.db import transaction
 from django_redis import get_redis_connection
 
 log = logging.getLogger(__name__)
 
-EVOLUTION = "ps:metrics:evolution:"
-MESSAGES = "ps:metrics:messages:"
+PREFIX = "ps:metrics:"
+EVOLUTION = PREFIX + "evolution:"
+MESSAGES = PREFIX + "messages:"
 
 
 def redis() -> Any:
@@ -38,6 +46,78 @@ def messages(name: str, amount: int = 1) -> None:
 def read_all() -> dict[str, int]:
     """Every counter, for the metrics endpoints. Raises when Redis is unreachable."""
     client = redis()
-    keys = sorted(k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(match="ps:metrics:*", count=500))
+    keys = sorted(k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(match=PREFIX + "*", count=500))
     values = client.mget(keys) if keys else []
-    return {key: int(value or 0) for key, value in zip(keys, values)}
+    counters: dict[str, int] = {}
+    for key, value in zip(keys, values):
+        try:
+            counters[key] = int(value or 0)
+        except ValueError:
+            continue  # not a counter (someone else's key under our prefix)
+    return counters
+
+
+# ---- message counters from the timeline ---------------------------------------------------
+
+# Timeline kinds that are a status of their own (the rest carry it in detail["status"]).
+_KIND_STATUS = {"ACCEPTED": "QUEUED", "FAILED": "FAILED", "RESENT": "QUEUED"}
+
+
+def message_counter_names(kind: str, detail: dict[str, Any], lane: str) -> list[str]:
+    names: list[str] = []
+    status = detail.get("status") if kind == "STATUS" else _KIND_STATUS.get(kind)
+    if isinstance(status, str) and status:
+        names.append(f"status:{status}:{lane}")
+    if kind == "FAILED" and isinstance(detail.get("reason"), str):
+        names.append(f"failed:{detail['reason']}:{lane}")
+    if kind == "RESENT":
+        names.append(f"resent:{lane}")
+    return names
+
+
+def count_message_event(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+    """post_save receiver for messaging.MessageEvent (connected by the ingestion app)."""
+    if not created:
+        return
+    try:
+        message = instance.message  # cached by Message.record: no query
+        names = message_counter_names(instance.kind, instance.detail or {}, message.category.lower())
+    except Exception:
+        return
+    if names:
+        # Counted only if the status change really commits.
+        transaction.on_commit(lambda: [messages(name) for name in names])
+
+
+# ---- Prometheus text format ---------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _series(key: str) -> tuple[str, dict[str, str]]:
+    """A Redis counter key as a Prometheus metric name and labels."""
+    name = key[len(PREFIX):] if key.startswith(PREFIX) else key
+    parts = name.split(":")
+    if parts[0] == "messages" and len(parts) == 4 and parts[1] == "status":
+        return "pilot_status_messages_status_total", {"status": parts[2], "lane": parts[3]}
+    if parts[0] == "messages" and len(parts) == 4 and parts[1] == "failed":
+        return "pilot_status_messages_failed_total", {"reason": parts[2], "lane": parts[3]}
+    return "pilot_status_" + _UNSAFE.sub("_", name).lower() + "_total", {}
+
+
+def prometheus_text(counters: dict[str, int]) -> str:
+    by_name: dict[str, list[tuple[dict[str, str], int]]] = {}
+    for key, value in sorted(counters.items()):
+        metric, labels = _series(key)
+        by_name.setdefault(metric, []).append((labels, value))
+    lines: list[str] = []
+    for metric, samples in sorted(by_name.items()):
+        lines.append(f"# TYPE {metric} counter")
+        for labels, value in samples:
+            rendered = ",".join(f'{k}="{_label(v)}"' for k, v in sorted(labels.items()))
+            lines.append(f"{metric}{{{rendered}}} {value}" if rendered else f"{metric} {value}")
+    return "\n".join(lines) + "\n"

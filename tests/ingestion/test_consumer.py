@@ -1,139 +1,180 @@
-"""The RabbitMQ channel, on the real broker: save, forward with already_saved, ack; retries."""
+"""The RabbitMQ channel on the real broker: save, forward with already_saved, ack; delays, parking,
+locks, database outages and per-instance exchanges."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
-from pathlib import Path
 
 import amqp
 import pytest
-from django.utils import timezone
 from kombu import Connection
 
 from ingestion import consumer as consumer_module
+from ingestion import inbox, receive
+from ingestion.locks import event_lock
 from ingestion.models import IngestionEvent
-from messaging.models import Message, Status
-from pilot_status import metrics
+from messaging.models import Status
+from tests.conftest import add_instance
+from tests.ingestion.helpers import counter, make_message, receipt
+from tests.ingestion.outage import stopped
 
-SAMPLES = Path(__file__).resolve().parents[1] / "messaging" / "samples"
-KEY_ID = "3EB0C431C26A1916E07A4B"
+DEAD_URL = "http://127.0.0.1:9/api/internal/webhook"  # nothing listens on the discard port
 
 
 @pytest.fixture
 def exchange_name(settings):
-    # A fresh exchange per test keeps queues of parallel runs apart.
+    # Fresh exchange and queues per test: parallel runs and leftovers never meet.
     settings.EVOLUTION_RABBITMQ_EXCHANGE = f"evolution_test_{uuid.uuid4().hex[:8]}"
+    settings.EVOLUTION_RABBITMQ_QUEUE_PREFIX = f"ps.test.{uuid.uuid4().hex[:8]}"
     return settings.EVOLUTION_RABBITMQ_EXCHANGE
 
 
 @pytest.fixture
 def connection(settings):
-    with Connection(settings.EVOLUTION_RABBITMQ_URL) as conn:
+    with Connection(settings.EVOLUTION_RABBITMQ_URL, transport_options={"confirm_publish": True}) as conn:
         yield conn
 
 
-@pytest.fixture
-def topo(connection, exchange_name, monkeypatch):
-    suffix = uuid.uuid4().hex[:8]
-    monkeypatch.setattr(consumer_module, "WORK_QUEUE", f"ps.test.ingest.{suffix}")
-    monkeypatch.setattr(consumer_module, "PARKING_QUEUE", f"ps.test.parked.{suffix}")
-    monkeypatch.setattr(consumer_module, "retry_queue_name", lambda d: f"ps.test.retry.{d}s.{suffix}")
-    topology = consumer_module.topology()
+def declare(connection, topology):
     channel = connection.default_channel
-    for exchange in topology.exchanges:
-        exchange.bind(channel).declare()
     topology.work.bind(channel).declare()
     for queue in [*topology.retries, topology.parking]:
         queue.bind(channel).declare()
+
+
+@pytest.fixture
+def topo(connection, exchange_name):
+    topology = consumer_module.topology()
+    declare(connection, topology)
     yield topology
+    channel = connection.default_channel
     for queue in [topology.work, *topology.retries, topology.parking]:
         queue.bind(channel).delete()
     for exchange in topology.exchanges:
         exchange.bind(channel).delete()
 
 
-def publish_like_evolution(connection, exchange, routing_key, payload):
+def publish_like_evolution(connection, exchange, payload, routing_key="messages.update", headers=None):
     # Evolution publishes with no properties at all: no content_type, no delivery_mode.
+    props = {"application_headers": headers} if headers else {}
     channel = connection.default_channel
-    channel.basic_publish(amqp.Message(json.dumps(payload).encode()), exchange=exchange, routing_key=routing_key)
+    channel.basic_publish(amqp.Message(json.dumps(payload).encode(), **props), exchange=exchange, routing_key=routing_key)
 
 
-def rabbit_body(status="DELIVERY_ACK", instance="alice-main"):
-    payload = json.loads((SAMPLES / "rabbitmq.messages.update.body.json").read_text())
-    payload["instance"] = instance
-    payload["data"]["status"] = status
-    return payload
-
-
-def run_once(connection, topology, count=1):
-    worker = consumer_module.EvolutionConsumer(connection, topology)
-    for _ in worker.consume(limit=count, timeout=10):
-        pass
+def consume(worker, count=1, timeout=10):
+    """Run the consumer until it has handled `count` messages (socket.timeout if idle too long)."""
+    start = worker.handled
+    for _ in worker.consume(timeout=timeout):
+        if worker.handled - start >= count:
+            break
     return worker
 
 
-def counter(name):
-    return int(metrics.redis().get(metrics.EVOLUTION + name) or 0)
+def run_once(connection, topology, count=1, timeout=10, **kwargs):
+    return consume(consumer_module.EvolutionConsumer(connection, topology, **kwargs), count, timeout)
+
+
+def depth(connection, queue):
+    _, count, _ = queue.bind(connection.default_channel).queue_declare(passive=True)
+    return count
 
 
 @pytest.fixture
 def sent_message(alice, alice_instance):
-    return Message.objects.create(
-        project=alice.project, environment="LIVE", category="UTILITY", to="+5511999999999", template="hi",
-        text="hi", instance=alice_instance, deliver_until=timezone.now() + timedelta(hours=1), status=Status.SENT,
-        sent_at=timezone.now(), evolution_message_id=KEY_ID,
-    )
+    return make_message(alice.project, alice_instance)
 
 
-def test_it_saves_forwards_and_acks(transactional_db, live_server, settings, connection, topo, sent_message, exchange_name):
+@pytest.fixture
+def web(live_server, settings):
     settings.INTERNAL_WEBHOOK_URL = f"{live_server.url}/api/internal/webhook"
-    publish_like_evolution(connection, exchange_name, "messages.update", rabbit_body())
+    return live_server
+
+
+def test_it_saves_forwards_and_acks(transactional_db, web, connection, topo, sent_message, exchange_name):
+    publish_like_evolution(connection, exchange_name, receipt("DELIVERY_ACK", channel="rabbitmq"))
 
     run_once(connection, topo)
 
     event = IngestionEvent.objects.get()
-    assert event.channel == "RABBITMQ"
-    assert event.processed_at is not None
+    assert event.channel == "RABBITMQ" and event.processed_at is not None
+    assert "destination" not in event.payload
     sent_message.refresh_from_db()
     assert sent_message.status == Status.DELIVERED
     assert counter("rabbitmq:forward_ok") == 1
+    assert depth(connection, topo.work) == 0  # acked
 
 
 def test_an_event_already_processed_by_the_webhook_is_skipped(
+    transactional_db, web, connection, topo, sent_message, exchange_name
+):
+    webhook_copy = receipt("DELIVERY_ACK")
+    receive.receive_webhook(webhook_copy)
+    publish_like_evolution(connection, exchange_name, receipt("DELIVERY_ACK", channel="rabbitmq"))
+
+    run_once(connection, topo)
+
+    assert IngestionEvent.objects.get().channel == "WEBHOOK"
+    assert counter("rabbitmq:forward_ok") == 0 and counter("rabbitmq:skipped") == 1
+    assert sent_message.events.filter(kind="STATUS").count() == 1
+    assert depth(connection, topo.work) == 0
+
+
+def test_a_failed_forward_waits_in_a_retry_queue_then_succeeds(
     transactional_db, live_server, settings, connection, topo, sent_message, exchange_name
 ):
-    from ingestion import receive
-
-    settings.INTERNAL_WEBHOOK_URL = f"{live_server.url}/api/internal/webhook"
-    body = rabbit_body()
-    webhook_copy = dict(body, destination="http://x/webhook", date_time="2025-10-21T11:41:15.000Z")
-    receive.receive_webhook(webhook_copy)
-    publish_like_evolution(connection, exchange_name, "messages.update", body)
+    # given: the web is unreachable when the consumer forwards
+    settings.INTERNAL_WEBHOOK_URL = DEAD_URL
+    publish_like_evolution(connection, exchange_name, receipt("READ", channel="rabbitmq"))
 
     run_once(connection, topo)
 
-    assert IngestionEvent.objects.count() == 1
-    assert IngestionEvent.objects.get().channel == "WEBHOOK"
-    assert counter("rabbitmq:forward_ok") == 0
-    assert sent_message.events.filter(kind="STATUS").count() == 1
-
-
-def test_a_failed_forward_goes_to_the_retry_queue_not_a_hot_loop(
-    transactional_db, settings, connection, topo, sent_message, exchange_name
-):
-    settings.INTERNAL_WEBHOOK_URL = "http://127.0.0.1:9/api/internal/webhook"  # nothing listens
-    publish_like_evolution(connection, exchange_name, "messages.update", rabbit_body())
-
-    run_once(connection, topo)
-
+    # then: saved once, not processed, parked 5 s in the first retry queue (no hot loop)
     assert counter("rabbitmq:forward_fail") == 1
-    retry = topo.retries[0].bind(connection.default_channel)
-    _, in_retry, _ = retry.queue_declare(passive=True)
-    assert in_retry == 1
-    event = IngestionEvent.objects.get()  # saved once, still waiting for its business logic
-    assert event.processed_at is None
+    assert depth(connection, topo.retries[0]) == 1 and depth(connection, topo.work) == 0
+    event = IngestionEvent.objects.get()
+    assert event.processed_at is None and event.forward_attempts == 1
+
+    # when: the web is back, the message returns from the retry queue by itself (TTL + DLX)
+    settings.INTERNAL_WEBHOOK_URL = f"{live_server.url}/api/internal/webhook"
+    run_once(connection, topo, timeout=30)
+
+    event.refresh_from_db()
+    assert event.processed_at is not None
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.READ
+    assert counter("rabbitmq:forward_ok") == 1
+
+
+def test_after_the_last_retry_it_parks_the_message(transactional_db, settings, connection, topo, sent_message, exchange_name):
+    settings.INTERNAL_WEBHOOK_URL = DEAD_URL
+    retries = len(consumer_module.RETRY_DELAYS_S)
+    publish_like_evolution(connection, exchange_name, receipt("READ", channel="rabbitmq"),
+                           headers={consumer_module.RETRY_HEADER: retries})
+
+    run_once(connection, topo)
+
+    assert depth(connection, topo.parking) == 1
+    assert all(depth(connection, q) == 0 for q in topo.retries)
+    assert counter("rabbitmq:parked") == 1
+    assert IngestionEvent.objects.get().processed_at is None  # the reconciler still sees it
+
+
+def test_a_lock_held_elsewhere_delays_without_storing_or_using_a_retry(
+    transactional_db, web, connection, topo, sent_message, exchange_name
+):
+    payload = receipt("READ", channel="rabbitmq")
+    publish_like_evolution(connection, exchange_name, payload)
+
+    with event_lock(inbox.dedup_key(payload)) as held:  # the webhook is processing it
+        assert held
+        run_once(connection, topo)
+
+    assert counter("rabbitmq:requeued") == 1
+    assert IngestionEvent.objects.count() == 0
+    assert depth(connection, topo.retries[0]) == 1 and depth(connection, topo.work) == 0
+    _, _, message = None, None, topo.retries[0].bind(connection.default_channel).get(no_ack=True)
+    assert message.headers[consumer_module.RETRY_HEADER] == 0
 
 
 def test_garbage_is_parked(transactional_db, connection, topo, exchange_name):
@@ -142,7 +183,56 @@ def test_garbage_is_parked(transactional_db, connection, topo, exchange_name):
 
     run_once(connection, topo)
 
-    parked = topo.parking.bind(channel)
-    _, count, _ = parked.queue_declare(passive=True)
-    assert count == 1
+    assert depth(connection, topo.parking) == 1
     assert IngestionEvent.objects.count() == 0
+
+
+def test_a_database_outage_waits_in_the_30s_queue_without_using_a_retry(
+    transactional_db, web, connection, topo, sent_message, exchange_name
+):
+    publish_like_evolution(connection, exchange_name, receipt("READ", channel="rabbitmq"))
+    worker = consumer_module.EvolutionConsumer(connection, topo)
+
+    with stopped("postgres"):
+        consume(worker)
+
+    assert depth(connection, topo.retries[1]) == 1 and depth(connection, topo.work) == 0
+    message = topo.retries[1].bind(connection.default_channel).get(no_ack=True)
+    assert message.headers[consumer_module.RETRY_HEADER] == 0
+    assert IngestionEvent.objects.count() == 0
+
+
+def test_per_instance_mode_follows_instances_added_later(
+    transactional_db, web, settings, connection, exchange_name, alice, alice_instance
+):
+    # given: per-instance mode, started when only alice-main existed
+    settings.EVOLUTION_RABBITMQ_PER_INSTANCE = True
+    topology = consumer_module.topology(["alice-main"])
+    declare(connection, topology)
+    later_name = f"later-{uuid.uuid4().hex[:6]}"
+    try:
+        worker = consumer_module.EvolutionConsumer(
+            connection, topology, instance_source=consumer_module.instance_names_from_db, refresh_seconds=0
+        )
+        assert {e.name for e in topology.exchanges} == {exchange_name, "alice-main"}
+
+        # when: an instance is added while it runs, and Evolution publishes on its exchange
+        later = add_instance(alice.project, later_name)
+        message = make_message(alice.project, later, key_id="3EB0LATERLATERLATER000")
+        for _ in worker.consume(limit=1, timeout=5):  # one idle pass: re-reads the instances
+            break
+        assert later_name in worker.bound
+        publish_like_evolution(connection, later_name, receipt("READ", key_id="3EB0LATERLATERLATER000", instance=later_name, channel="rabbitmq"))
+        publish_like_evolution(connection, "alice-main", receipt("READ", channel="rabbitmq"))
+        consume(worker, count=2)
+
+        # then: both instance exchanges reach the consumer
+        message.refresh_from_db()
+        assert message.status == Status.READ
+        assert IngestionEvent.objects.filter(channel="RABBITMQ").count() == 2
+    finally:
+        channel = connection.default_channel
+        for queue in [topology.work, *topology.retries, topology.parking]:
+            queue.bind(channel).delete()
+        for name in (exchange_name, "alice-main", later_name):
+            channel.exchange_delete(name)

@@ -1,125 +1,96 @@
-"""POST /api/internal/webhook: Evolution's authentication, the inbox, forward-only statuses."""
+"""POST /api/internal/webhook: Evolution's authentication, the inbox, 400/401/503, lock and Redis."""
 
 from __future__ import annotations
 
 import copy
-import json
 import time
-from datetime import timedelta
-from pathlib import Path
 
 import jwt
 import pytest
-from django.test import Client
-from django.utils import timezone
 
+from ingestion import inbox
+from ingestion.locks import event_lock
 from ingestion.models import IngestionEvent
-from messaging.models import Message, Status
-from pilot_status import metrics
-
-SAMPLES = Path(__file__).resolve().parents[1] / "messaging" / "samples"
-URL = "/api/internal/webhook"
-KEY_ID = "3EB0C431C26A1916E07A4B"
-
-
-def sample(name: str, instance: str = "alice-main", status: str | None = None) -> dict:
-    payload = json.loads((SAMPLES / name).read_text())
-    payload["instance"] = instance
-    if status:
-        payload["data"]["status"] = status
-    return payload
+from messaging.models import Status
+from tests.conftest import add_instance
+from tests.ingestion.helpers import URL, counter, make_message, post, receipt, sample, token_header
+from tests.ingestion.outage import stopped
+from tests.support.private_redis import PrivateRedis
 
 
 @pytest.fixture
 def sent_message(alice, alice_instance):
-    return Message.objects.create(
-        project=alice.project,
-        environment="LIVE",
-        category="UTILITY",
-        to="+5511999999999",
-        template="hi",
-        text="hi",
-        instance=alice_instance,
-        deliver_until=timezone.now() + timedelta(hours=1),
-        status=Status.SENT,
-        sent_at=timezone.now(),
-        evolution_message_id=KEY_ID,
-    )
+    return make_message(alice.project, alice_instance)
 
 
-def post(payload: dict, path: str = URL, **headers) -> object:
-    return Client().post(path, data=json.dumps(payload), content_type="application/json", **headers)
+def test_it_applies_a_receipt_and_counts_it(sent_message, alice_instance):
+    response = post(receipt("DELIVERY_ACK"), **token_header(alice_instance))
 
-
-def token_header(instance) -> dict:
-    return {"HTTP_X_WEBHOOK_TOKEN": instance.webhook_token}
-
-
-def counter(name: str) -> int:
-    return int(metrics.redis().get(metrics.EVOLUTION + name) or 0)
-
-
-def test_a_receipt_moves_the_message_forward(sent_message, alice_instance):
-    response = post(sample("webhook.messages.update.DELIVERY_ACK.json"), **token_header(alice_instance))
     assert response.status_code == 200
-    assert response.json() == {"status": "processed"}
+    assert response.json() == {"status": "processed", "reason": "applied"}
     sent_message.refresh_from_db()
     assert sent_message.status == Status.DELIVERED
     event = IngestionEvent.objects.get()
     assert event.channel == "WEBHOOK" and event.processed_at is not None
+    assert event.payload["destination"]  # the raw payload, as Evolution sent it
     assert counter("webhook:processed") == 1
 
 
-def test_the_same_event_twice_is_processed_once(sent_message, alice_instance):
-    payload = sample("webhook.messages.update.SERVER_ACK.json")
+def test_it_skips_evolutions_retry_of_the_same_event(sent_message, alice_instance):
+    payload = receipt("SERVER_ACK")
     post(payload, **token_header(alice_instance))
     retried = copy.deepcopy(payload)
-    retried["date_time"] = "2025-10-21T11:49:00.000Z"  # Evolution's retry has a new date_time
+    retried["date_time"] = "2025-10-21T11:49:00.000Z"
+
     response = post(retried, **token_header(alice_instance))
-    assert response.json() == {"status": "skipped"}
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "skipped", "reason": "already_processed"}
     assert IngestionEvent.objects.count() == 1
     assert counter("webhook:skipped") == 1
     assert sent_message.events.filter(kind="STATUS").count() == 1
 
 
+def test_it_answers_skipped_when_the_event_is_locked_elsewhere(sent_message, alice_instance):
+    payload = receipt("DELIVERY_ACK")
+    with event_lock(inbox.dedup_key(payload)) as held:  # the RabbitMQ channel is on it right now
+        assert held
+        response = post(payload, **token_header(alice_instance))
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "skipped", "reason": "in_progress_elsewhere"}
+    assert counter("webhook:skipped") == 1
+    assert IngestionEvent.objects.count() == 0  # the lock holder stores it
+
+
 def test_a_late_receipt_never_moves_a_message_back(sent_message, alice_instance):
     for status in ("READ", "DELIVERY_ACK", "SERVER_ACK"):
-        post(sample("webhook.messages.update.READ.json", status=status), **token_header(alice_instance))
+        assert post(receipt(status), **token_header(alice_instance)).status_code == 200
     sent_message.refresh_from_db()
     assert sent_message.status == Status.READ
-    assert IngestionEvent.objects.count() == 3
-
-
-def test_an_error_receipt_fails_the_message_into_the_dead_letters(sent_message, alice_instance):
-    post(sample("webhook.messages.update.ERROR.json"), **token_header(alice_instance))
-    sent_message.refresh_from_db()
-    assert sent_message.status == Status.FAILED
-    assert sent_message.failure_reason == "REJECTED"
-    assert sent_message.dead_letter.reason == "REJECTED"
+    assert IngestionEvent.objects.count() == 3  # two statuses are two events
 
 
 def test_the_by_events_path_is_accepted(sent_message, alice_instance):
-    response = post(
-        sample("webhook.messages.update.SERVER_ACK.json"), f"{URL}/messages-update", **token_header(alice_instance)
-    )
+    response = post(receipt("SERVER_ACK"), f"{URL}/messages-update", **token_header(alice_instance))
     assert response.status_code == 200
     sent_message.refresh_from_db()
     assert sent_message.status == Status.SERVER_ACK
 
 
-def test_jwt_key_authentication(sent_message, alice_instance):
+def test_it_accepts_evolutions_jwt_key_scheme(sent_message, alice_instance):
     now = int(time.time())
     token = jwt.encode(
         {"iat": now, "exp": now + 600, "app": "evolution", "action": "webhook"},
         alice_instance.webhook_token,
         algorithm="HS256",
     )
-    response = post(sample("webhook.messages.update.SERVER_ACK.json"), HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = post(receipt("SERVER_ACK"), HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 200
 
 
-def test_body_apikey_authentication(sent_message, alice_instance):
-    payload = sample("webhook.messages.update.SERVER_ACK.json")
+def test_it_accepts_the_instance_token_as_body_apikey(sent_message, alice_instance):
+    payload = receipt("SERVER_ACK")
     payload["apikey"] = "TOKEN-ALICE-MAIN"
     assert post(payload).status_code == 200
 
@@ -129,26 +100,25 @@ def test_body_apikey_authentication(sent_message, alice_instance):
     [{}, {"HTTP_X_WEBHOOK_TOKEN": "wrong"}, {"HTTP_AUTHORIZATION": "Bearer not-a-jwt"}],
 )
 def test_unauthenticated_events_are_401_and_store_nothing(sent_message, alice_instance, headers):
-    payload = sample("webhook.messages.update.DELIVERY_ACK.json")
+    payload = receipt("DELIVERY_ACK")
     payload["apikey"] = "wrong"
     response = post(payload, **headers)
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "unauthorized"
     assert IngestionEvent.objects.count() == 0
+    assert counter("webhook:unauthorized") == 1
     sent_message.refresh_from_db()
     assert sent_message.status == Status.SENT
 
 
 def test_another_instances_token_is_refused(sent_message, alice_instance, carol):
-    from tests.conftest import add_instance
-
     other = add_instance(carol.project, "carol-main")
-    response = post(sample("webhook.messages.update.DELIVERY_ACK.json"), **token_header(other))
+    response = post(receipt("DELIVERY_ACK"), **token_header(other))
     assert response.status_code == 401
 
 
-def test_a_forged_already_saved_is_refused(sent_message, alice_instance):
-    payload = sample("webhook.messages.update.DELIVERY_ACK.json")
+def test_a_forged_already_saved_is_refused_and_changes_nothing(sent_message, alice_instance):
+    payload = receipt("DELIVERY_ACK")
     payload["already_saved"] = True
     for headers in ({}, {"HTTP_X_INTERNAL_WEBHOOK_SECRET": "guess"}, token_header(alice_instance)):
         assert post(payload, **headers).status_code == 401
@@ -157,46 +127,89 @@ def test_a_forged_already_saved_is_refused(sent_message, alice_instance):
     assert sent_message.status == Status.SENT
 
 
-def test_not_an_event_is_400(alice_instance):
-    for payload in ({}, {"event": "x"}, [1, 2]):
-        response = Client().post(URL, data=json.dumps(payload), content_type="application/json")
-        assert response.status_code == 400
-    response = Client().post(URL, data="{nope", content_type="application/json")
+def test_an_internal_forward_runs_the_logic_on_the_saved_row(sent_message, alice_instance, settings):
+    payload = receipt("READ")
+    inbox.record("RABBITMQ", payload)
+    forwarded = dict(payload, already_saved=True)
+
+    response = post(forwarded, HTTP_X_INTERNAL_WEBHOOK_SECRET=settings.INTERNAL_WEBHOOK_SECRET)
+
+    assert response.json() == {"status": "processed", "reason": "applied"}
+    event = IngestionEvent.objects.get()
+    assert event.channel == "RABBITMQ" and event.processed_at is not None
+    assert "already_saved" not in event.payload
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.READ
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"event": "x"}, [1, 2], "text", {"event": "messages.update", "instance": "alice-main"},
+     {"event": "messages.update", "instance": "", "data": {}},
+     {"event": "Not An Event!", "instance": "alice-main", "data": {}},
+     {"event": "messages.update", "instance": "alice-main", "data": "x"},
+     {"event": 3, "instance": "alice-main", "data": {}}],
+)
+def test_a_payload_that_is_not_an_evolution_event_is_400_and_stores_nothing(alice_instance, payload):
+    response = post(payload, **token_header(alice_instance))
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_json"
+    assert response.json()["error"]["code"] == "not_an_evolution_event"
     assert IngestionEvent.objects.count() == 0
 
 
+def test_invalid_json_is_400(db):
+    from django.test import Client
+
+    response = Client().post(URL, data="{nope", content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
 def test_get_is_405_json(db):
+    from django.test import Client
+
     response = Client().get(URL)
     assert response.status_code == 405
     assert response.json()["error"]["code"] == "method_not_allowed"
 
 
-def test_a_receipt_before_the_send_commit_is_applied_when_the_send_lands(alice, alice_instance):
-    from messaging import lifecycle
+def test_it_answers_503_while_the_database_is_down_so_evolution_retries(transactional_db, alice, alice_instance):
+    # given: a message whose receipt Evolution is about to post
+    message = make_message(alice.project, alice_instance)
+    payload, headers = receipt("DELIVERY_ACK"), token_header(alice_instance)
 
-    # the ack arrives first: its message does not know its Evolution id yet
-    message = Message.objects.create(
-        project=alice.project, environment="LIVE", category="UTILITY", to="+5511999999999", template="hi",
-        text="hi", instance=alice_instance, deliver_until=timezone.now() + timedelta(hours=1), status=Status.SENDING,
-    )
-    post(sample("webhook.messages.update.DELIVERY_ACK.json"), **token_header(alice_instance))
-    event = IngestionEvent.objects.get()
-    assert event.processed_at is None and event.outcome == "waiting_for_message"
+    # when: Postgres is really down
+    with stopped("postgres"):
+        during = post(payload, **headers)
 
-    lifecycle.mark_sent(message, None, KEY_ID, "5511999999999@s.whatsapp.net", {})
-
+    # then: 503 (retryable for Evolution), and Evolution's retry afterwards is applied once
+    assert during.status_code == 503
+    assert during.json()["error"]["code"] == "unavailable"
+    assert IngestionEvent.objects.count() == 0
+    after = post(payload, **headers)
+    assert after.json() == {"status": "processed", "reason": "applied"}
     message.refresh_from_db()
     assert message.status == Status.DELIVERED
-    event.refresh_from_db()
-    assert event.processed_at is not None
 
 
-def test_connection_update_records_the_instance_state(alice_instance):
-    post(sample("webhook.connection.update.close.json"), **token_header(alice_instance))
-    alice_instance.refresh_from_db()
-    assert alice_instance.connection_state == "close"
-    post(sample("webhook.connection.update.open.json"), **token_header(alice_instance))
-    alice_instance.refresh_from_db()
-    assert alice_instance.connection_state == "open"
+def test_it_keeps_ingesting_exactly_once_with_redis_really_down(sent_message, alice_instance, settings):
+    # A private Redis, really stopped: the lock layer is gone, the inbox still dedups.
+    redis = PrivateRedis().start()
+    settings.CACHES = {
+        "default": {**settings.CACHES["default"], "LOCATION": redis.url},
+    }
+    redis.stop()
+    payload = receipt("DELIVERY_ACK")
+
+    try:
+        first = post(payload, **token_header(alice_instance))
+        second = post(dict(payload, date_time="2025-10-21T11:50:00.000Z"), **token_header(alice_instance))
+    finally:
+        redis.cleanup()
+
+    assert first.json() == {"status": "processed", "reason": "applied"}
+    assert second.json() == {"status": "skipped", "reason": "already_processed"}
+    assert IngestionEvent.objects.count() == 1
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.DELIVERED
+    assert sent_message.events.filter(kind="STATUS").count() == 1

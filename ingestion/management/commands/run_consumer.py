@@ -10,8 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from kombu import Connection
 
-from ingestion.consumer import EvolutionConsumer, topology
-from messaging.models import Instance
+from ingestion.consumer import EvolutionConsumer, exchange_names, instance_names_from_db, topology
 
 log = logging.getLogger("ingestion.consumer")
 
@@ -22,15 +21,28 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.EVOLUTION_RABBITMQ_URL:
             raise CommandError("EVOLUTION_RABBITMQ_URL is not set: the RabbitMQ channel is off")
-        names = list(Instance.objects.values_list("name", flat=True))
-        with Connection(settings.EVOLUTION_RABBITMQ_URL, heartbeat=30) as connection:
-            worker = EvolutionConsumer(connection, topology(names))
+        per_instance = settings.EVOLUTION_RABBITMQ_PER_INSTANCE
+        names = (instance_names_from_db() or []) if per_instance else []
+        # confirm_publish: a copy moved to a delay or parking queue is confirmed by the broker
+        # before the original is acked.
+        with Connection(
+            settings.EVOLUTION_RABBITMQ_URL, heartbeat=30, transport_options={"confirm_publish": True}
+        ) as connection:
+            worker = EvolutionConsumer(
+                connection, topology(names), instance_source=instance_names_from_db if per_instance else None
+            )
 
             def stop(signum: int, frame: Any) -> None:
+                # Finish the current message, then leave (hc on_signal).
                 worker.should_stop = True
 
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
-            log.info("consumer started on %s", settings.EVOLUTION_RABBITMQ_EXCHANGE)
+            log.info(
+                "consumer started: queue %s bound to %s (%s mode)",
+                worker.topology.work.name,
+                ", ".join(exchange_names(names)),
+                "per-instance" if per_instance else "global",
+            )
             worker.run()
         log.info("consumer stopped")

@@ -1,0 +1,166 @@
+"""The business logic of Evolution events, called directly: idempotent, forward only, by keyId."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from ingestion import handlers, inbox
+from ingestion.models import IngestionEvent
+from messaging import lifecycle
+from messaging.accept import enqueue
+from messaging.models import Message, OutboxEntry, Status
+from tests.ingestion.helpers import KEY_ID, make_message, receipt, sample
+
+
+def ingest(payload):
+    event, _ = inbox.record("WEBHOOK", payload)
+    return handlers.apply(event), IngestionEvent.objects.get(pk=event.pk)
+
+
+@pytest.fixture
+def sent_message(alice, alice_instance):
+    return make_message(alice.project, alice_instance)
+
+
+def test_send_message_confirms_the_evolution_id(sent_message):
+    outcome, event = ingest(sample("webhook.send.message.json"))
+    assert outcome == "confirmed" and event.processed_at is not None
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.SENT
+
+
+def test_played_counts_as_read(sent_message):
+    assert ingest(receipt("PLAYED"))[0] == "applied"
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.READ
+
+
+def test_an_error_receipt_fails_the_message_into_the_dead_letters(sent_message):
+    outcome, _ = ingest(sample("webhook.messages.update.ERROR.json"))
+    assert outcome == "failed"
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.FAILED
+    assert sent_message.failure_reason == "REJECTED"
+    assert sent_message.dead_letter.reason == "REJECTED"
+
+
+def test_an_error_after_delivery_changes_nothing(sent_message):
+    ingest(receipt("DELIVERY_ACK"))
+    assert ingest(receipt("ERROR"))[0] == "stale"
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.DELIVERED
+
+
+def test_it_matches_by_key_id_when_remote_jid_is_a_lid(sent_message):
+    payload = receipt("DELIVERY_ACK")
+    payload["data"]["remoteJid"] = "123456789012345@lid"
+    assert ingest(payload)[0] == "applied"
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.DELIVERED
+
+
+def test_a_receipt_for_another_instances_message_does_not_touch_it(sent_message, carol):
+    from tests.conftest import add_instance
+
+    add_instance(carol.project, "carol-main")
+    outcome, event = ingest(receipt("READ", instance="carol-main"))
+    assert outcome == handlers.WAITING and event.processed_at is None
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.SENT
+
+
+def test_statuses_in_any_order_end_at_the_most_advanced(sent_message):
+    for status in ("DELIVERY_ACK", "READ", "SERVER_ACK", "DELIVERY_ACK", "PENDING"):
+        ingest(receipt(status))
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.READ
+    timeline = [e.detail["status"] for e in sent_message.events.filter(kind="STATUS")]
+    assert timeline == ["DELIVERED", "READ"]
+
+
+def test_applying_an_event_twice_has_one_effect(sent_message):
+    event, _ = inbox.record("WEBHOOK", receipt("SERVER_ACK"))
+    assert handlers.apply(event) == "applied"
+    assert handlers.apply(event) == handlers.ALREADY_PROCESSED
+    assert sent_message.events.filter(kind="STATUS").count() == 1
+
+
+@pytest.mark.parametrize(
+    "name", ["webhook.messages.upsert.inbound-text.json", "webhook.messages.delete.json"]
+)
+def test_other_events_are_stored_and_processed_without_effect(sent_message, name):
+    outcome, event = ingest(sample(name))
+    assert outcome == "stored" and event.processed_at is not None
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.SENT
+
+
+def test_an_event_of_an_unknown_instance_is_closed_at_once(db):
+    outcome, event = ingest(receipt("READ", instance="nobody-knows"))
+    assert outcome == "unknown_instance" and event.processed_at is not None
+
+
+def test_an_ack_before_the_send_commit_is_applied_when_the_send_lands(alice, alice_instance):
+    # given: the worker called sendText but has not committed SENT yet
+    message = make_message(alice.project, alice_instance, status=Status.SENDING)
+    outcome, event = ingest(receipt("DELIVERY_ACK"))
+    assert outcome == handlers.WAITING and event.processed_at is None
+
+    # when: its send commits
+    lifecycle.mark_sent(message, None, KEY_ID, "5511999999999@s.whatsapp.net", {})
+
+    # then: the waiting receipt is applied at once
+    message.refresh_from_db()
+    assert message.status == Status.DELIVERED
+    event.refresh_from_db()
+    assert event.processed_at is not None and event.outcome == "applied"
+
+
+def test_a_receipt_nobody_claims_is_closed_after_an_hour(alice_instance):
+    event, _ = inbox.record("WEBHOOK", receipt("READ", key_id="3EB0NOBODYSENTTHIS0000"))
+    IngestionEvent.objects.filter(pk=event.pk).update(received_at=timezone.now() - timedelta(hours=2))
+    assert handlers.apply(event) == "unmatched"
+
+
+def connection_update(state: str, at: str, instance: str = "alice-main") -> dict:
+    payload = sample(f"webhook.connection.update.{'open' if state == 'open' else 'close'}.json", instance, state=state)
+    payload["date_time"] = at
+    return payload
+
+
+def test_connection_updates_record_each_transition_even_when_a_state_repeats(alice_instance):
+    # open → close → open carries identical data twice: both opens must count.
+    for state, at in (("open", "2025-10-21T11:00:00.000Z"), ("close", "2025-10-21T11:00:05.000Z"),
+                      ("open", "2025-10-21T11:00:09.000Z")):
+        ingest(connection_update(state, at))
+        alice_instance.refresh_from_db()
+        assert alice_instance.connection_state == state
+    assert IngestionEvent.objects.filter(event="connection.update").count() == 3
+
+
+def test_a_late_connection_update_does_not_undo_a_newer_one(alice_instance):
+    ingest(connection_update("open", "2025-10-21T11:00:09.000Z"))
+    outcome, _ = ingest(connection_update("close", "2025-10-21T11:00:05.000Z"))  # delayed copy
+    assert outcome == "stale"
+    alice_instance.refresh_from_db()
+    assert alice_instance.connection_state == "open"
+
+
+def test_a_reconnect_releases_the_messages_waiting_for_the_instance(alice, alice_instance):
+    # given: the instance is down and a message waits for it (no attempt used)
+    ingest(connection_update("close", "2025-10-21T11:00:00.000Z"))
+    later = timezone.now() + timedelta(minutes=5)
+    message = make_message(alice.project, alice_instance, status=Status.QUEUED, key_id="")
+    Message.objects.filter(pk=message.pk).update(next_attempt_at=later)
+    entry = enqueue(message, later)
+
+    # when: Evolution reports it open again
+    outcome, _ = ingest(connection_update("open", "2025-10-21T11:00:30.000Z"))
+
+    # then: its outbox entry is due now
+    assert outcome == "state_changed"
+    entry = OutboxEntry.objects.get(pk=entry.pk)
+    assert entry.available_at <= timezone.now()
