@@ -39,12 +39,18 @@ def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
-def wait_for_log(path: Path, needle: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def wait_for_log(path: Path, needle: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None,
+                 start_at: int = 0) -> None:
+    """Wait for `needle` in the log, looking only past byte `start_at` (logs are appended to)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{path.name}: exited with {proc.returncode}:\n{path.read_text()[-3000:]}")
-        if path.exists() and needle in path.read_text(errors="replace"):
+        if path.exists() and needle in path.read_bytes()[start_at:].decode(errors="replace"):
             return
         time.sleep(0.1)
     raise TimeoutError(f"{path.name}: no {needle!r} after {timeout}s:\n{path.read_text()[-3000:] if path.exists() else ''}")
@@ -171,20 +177,34 @@ class Stack:
         else:
             process.stop()
         fresh = {"web": self._web, "relay": self._relay, "consumer": self._consumer}.get(name) or (lambda: self._worker(name.split("-", 1)[1]))
+        offset = log_size(process.log)
         self.processes[name] = fresh().start()
         if name == "web":
             wait_for_port(self.port, proc=self.processes[name].proc)
+        if name == "consumer":
+            wait_for_log(process.log, "Connected to amqp", proc=self.processes[name].proc, start_at=offset)
 
     def purge_queues(self) -> None:
         from pilot_status.celery import app
 
+        from ingestion.consumer import RETRY_DELAYS_S, queue_names
+
+        ingest = queue_names()
+        # The consumer's delay and parking queues too: a message left waiting there by one test
+        # would come back in the next one.
+        queues = LANES + ("maintenance", ingest.work, *(ingest.retry(d) for d in RETRY_DELAYS_S), ingest.parking)
         with app.connection_for_write() as conn:
-            channel = conn.default_channel
-            for lane in LANES + ("maintenance", "pilot_status.evolution.ingest"):
+            for queue in queues:
+                channel = conn.channel()  # a missing queue closes its channel: one each
                 try:
-                    channel.queue_purge(lane)
+                    channel.queue_purge(queue)
                 except Exception:
                     pass
+                finally:
+                    try:
+                        channel.close()
+                    except Exception:
+                        pass
 
     def stop(self) -> None:
         for process in self.processes.values():

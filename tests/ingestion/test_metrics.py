@@ -1,0 +1,62 @@
+"""GET /api/internal/metrics (JSON) and /api/internal/metrics/prometheus: every counter, secret-protected."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from messaging.models import Status
+from pilot_status import metrics
+from tests.ingestion.helpers import make_message, post, receipt, token_header
+
+JSON_URL = "/api/internal/metrics"
+PROM_URL = "/api/internal/metrics/prometheus"
+
+
+@pytest.fixture
+def secret(settings):
+    return {"HTTP_X_INTERNAL_WEBHOOK_SECRET": settings.INTERNAL_WEBHOOK_SECRET}
+
+
+def test_it_lists_every_counter_as_json(transactional_db, alice, alice_instance, secret):
+    message = make_message(alice.project, alice_instance)
+    post(receipt("READ"), **token_header(alice_instance))
+    post(receipt("READ", instance="alice-main"), HTTP_X_WEBHOOK_TOKEN="wrong")
+    message.refresh_from_db()
+    assert message.status == Status.READ
+
+    body = Client().get(JSON_URL, **secret).json()
+
+    counters = body["counters"]
+    assert counters["ps:metrics:evolution:webhook:processed"] == 1
+    assert counters["ps:metrics:evolution:webhook:unauthorized"] == 1
+    # message counters per status and lane come from the timeline, counted on commit
+    assert counters["ps:metrics:messages:status:READ:utility"] == 1
+
+
+def test_it_renders_prometheus_text(db, secret):
+    metrics.evolution("webhook:processed", 3)
+    metrics.messages("status:DELIVERED:otp", 2)
+    metrics.messages("failed:EXPIRED:marketing")
+
+    response = Client().get(PROM_URL, **secret)
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = response.content.decode()
+    assert "# TYPE pilot_status_evolution_webhook_processed_total counter" in text
+    assert "pilot_status_evolution_webhook_processed_total 3" in text
+    assert 'pilot_status_messages_status_total{lane="otp",status="DELIVERED"} 2' in text
+    assert 'pilot_status_messages_failed_total{lane="marketing",reason="EXPIRED"} 1' in text
+
+
+@pytest.mark.parametrize("url", [JSON_URL, PROM_URL])
+@pytest.mark.parametrize("headers", [{}, {"HTTP_X_INTERNAL_WEBHOOK_SECRET": "guess"}])
+def test_it_needs_the_internal_secret(db, url, headers):
+    response = Client().get(url, **headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+
+
+def test_post_is_405(db, secret):
+    assert Client().post(JSON_URL, **secret).status_code == 405
