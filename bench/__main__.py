@@ -1,0 +1,134 @@
+"""`python -m bench`: start the real stack on a bench database, run the scenarios, write the report.
+
+    python -m bench                       # full run, writes docs/benchmarks.md (under 15 min here)
+    python -m bench --only B1,B3          # a subset
+    python -m bench --smoke --out X.md    # tiny sizes (tests/bench/test_bench_smoke.py)
+    python -m bench --set b2_messages=20000 --set runs=5
+
+Sizes: bench/sizes.py (env BENCH_<NAME> or --set name=value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .launcher import ROOT, BenchStack, StackConfig
+from .sizes import resolve
+
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios (default: all)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: proves the harness works, measures nothing")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override one size")
+    p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="the Markdown report")
+    p.add_argument("--json", default=None, help="raw results (default: artifacts/bench/results.json)")
+    p.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
+    p.add_argument("--web-workers", type=int, default=int(os.environ.get("BENCH_WEB_WORKERS", "4")))
+    p.add_argument("--worker-concurrency", type=int, default=int(os.environ.get("BENCH_WORKER_CONCURRENCY", "2")))
+    return p.parse_args(argv)
+
+
+def setup_django(database_url: str) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    os.environ["DATABASE_URL"] = database_url
+    import django
+
+    django.setup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    only = [s.strip().upper() for s in args.only.split(",") if s.strip()]
+    unknown = set(only) - set(SCENARIOS)
+    if unknown:
+        raise SystemExit(f"--only: unknown scenario(s) {', '.join(sorted(unknown))}")
+    sizes = resolve(args.smoke, args.set)
+    log_dir = Path(os.environ.get("PS_TEST_LOG_DIR") or ROOT / "artifacts" / "logs") / "bench"
+    json_path = Path(args.json) if args.json else ROOT / "artifacts" / "bench" / ("smoke.json" if args.smoke else "results.json")
+
+    from .world import bench_database_url, build_world, ensure_database, migrate
+
+    database_url = bench_database_url()
+    ensure_database(database_url)
+    setup_django(database_url)
+    migrate()
+
+    from . import machine, report
+    from .context import Context
+    from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness
+    from .world import Simulator
+
+    world = build_world(fleet=sizes.fleet)
+    stack = BenchStack(StackConfig(database_url, web_workers=args.web_workers,
+                                   worker_concurrency=args.worker_concurrency, log_dir=log_dir))
+    results: dict[str, Any] = {"machine": machine.describe(), "sizes": sizes.__dict__, "smoke": args.smoke,
+                               "stack": {"web_workers": args.web_workers, "worker_concurrency": args.worker_concurrency},
+                               "scenarios": {}, "errors": {}}
+    started = time.monotonic()
+    print(f"bench: load before start {results['machine']['load_before']}; database {database_url.rsplit('/', 1)[1]}",
+          flush=True)
+    try:
+        stack.start()
+        ctx = Context(stack, Simulator(stack.simulator_url), world, sizes,
+                      log=lambda line: print(line, flush=True))
+        plan = {
+            "B1": lambda: b1_accept.run(ctx),
+            "B2": lambda: b2_pipeline.run(ctx),
+            "B3": lambda: b3_otp_latency.run(ctx),
+            "B4": lambda: b4_outage.run(ctx),
+            "B5": lambda: b5_ingestion.run(ctx, _baseline_rate(results, ctx)),
+            "B6": lambda: b6_fairness.run(ctx),
+        }
+        for name in SCENARIOS:
+            if name not in only:
+                continue
+            print(f"bench: {name} …", flush=True)
+            t = time.monotonic()
+            try:
+                results["scenarios"][name] = plan[name]()
+                results["scenarios"][name]["elapsed_s"] = round(time.monotonic() - t, 1)
+            except Exception:
+                results["errors"][name] = traceback.format_exc()
+                print(results["errors"][name], file=sys.stderr, flush=True)
+        if sizes.profile_seconds > 0 and not args.no_profile:
+            from . import profiling
+
+            print("bench: profiles …", flush=True)
+            results["profiles"] = profiling.run(ctx)
+    finally:
+        stack.stop()
+    results["elapsed_s"] = round(time.monotonic() - started, 1)
+    results["machine"]["load_after"] = machine.load()
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=2, default=str))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(report.render(results))
+    print(f"bench: done in {results['elapsed_s']} s; wrote {args.out} and {json_path}", flush=True)
+    return 1 if results["errors"] else 0
+
+
+def _baseline_rate(results: dict[str, Any], ctx: Any) -> float:
+    """B1's bare-insert baseline from this run, or a fresh measurement when B1 was not run."""
+    b1 = results["scenarios"].get("B1")
+    if b1:
+        return float(b1["figures"]["baseline"]["rate"]["median"])
+    from .loadgen import post_load
+    from .scenarios.b1_accept import BASELINE_PATH, send_body
+
+    rates = [post_load(ctx.stack.web_url + BASELINE_PATH, send_body("+5511970000000"), ctx.sizes.b1_connections,
+                       ctx.sizes.b1_seconds).rate for _ in range(ctx.sizes.runs)]
+    return sorted(rates)[len(rates) // 2]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

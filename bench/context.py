@@ -1,0 +1,88 @@
+"""What every scenario shares: the running stack, the simulator, the actors, sizes and helpers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .launcher import LANES, BenchStack
+from .procstats import CpuMeter
+from .sizes import Sizes
+from .world import Simulator, World, empty_tables, register_all
+
+# Queues a scenario may leave work in: the lanes and our side of Evolution's RabbitMQ channel.
+PURGED_QUEUES = (*LANES, "maintenance", "pilot_status.evolution.ingest",
+                 "pilot_status.evolution.retry.5s", "pilot_status.evolution.retry.30s",
+                 "pilot_status.evolution.retry.180s")
+
+
+@dataclass
+class Context:
+    stack: BenchStack
+    sim: Simulator
+    world: World
+    sizes: Sizes
+    results: dict[str, Any] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+
+    def roots(self) -> dict[str, list[int]]:
+        """Root pids per process kind, for CPU and RSS (read again after a restart)."""
+        roots: dict[str, list[int]] = {}
+        for process in self.stack.processes.values():
+            if process.alive():
+                roots.setdefault(process.kind, []).append(process.pid)
+        return roots
+
+    def cpu(self) -> CpuMeter:
+        return CpuMeter(self.roots())
+
+    def fresh(self, ack_delays_ms: dict[str, float | None] | None = None) -> None:
+        """Empty tables and queues, reset the simulator: every run starts from the same state."""
+        purge_queues()
+        empty_tables()
+        purge_queues()
+        register_all(self.sim, self.world, self.stack.webhook_url, ack_delays_ms=ack_delays_ms)
+        from messaging.models import Instance
+
+        Instance.objects.update(connection_state="open")
+
+
+def purge_queues() -> None:
+    from bench.celery_app import app
+
+    with app.connection_for_write() as conn:
+        for queue in PURGED_QUEUES:
+            try:
+                conn.default_channel.queue_purge(queue)
+            except Exception:
+                # Not declared yet (or declared with other arguments): nothing to purge; reopen the channel.
+                conn.close()
+                conn.connect()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.25) -> tuple[bool, Any]:
+    """Poll until predicate() is truthy; (met, last value). Never raises on timeout: the bench reports it."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = predicate()
+        if last:
+            return True, last
+        if time.monotonic() >= deadline:
+            return False, last
+        time.sleep(interval)
+
+
+def cpu_summary(meter: CpuMeter) -> dict[str, Any]:
+    """CPU seconds per kind and as a share of the machine's capacity (cores x wall time)."""
+    import os
+
+    capacity = (os.cpu_count() or 1) * meter.wall
+    return {
+        "wall_s": round(meter.wall, 2),
+        "machine_busy_share": round(meter.machine_busy / capacity, 3) if capacity else None,
+        "cpu_s": {kind: round(value, 2) for kind, value in sorted(meter.by_kind.items())},
+        "share": {kind: round(value / capacity, 3) for kind, value in sorted(meter.by_kind.items())} if capacity else {},
+    }

@@ -1,0 +1,202 @@
+"""Start the real stack for the bench: simulator, gunicorn, relay, consumer, one Celery worker per lane.
+
+Shaped like production (gunicorn sync workers, one worker pool per lane) rather than like the test
+fixture, and every process runs with bench.settings so the baseline view and task are loaded too.
+Each process gets its own session so it can be stopped (and only it) by its process group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LANES = ("otp", "utility", "marketing")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def wait_for_log(path: Path, needle: str, proc: subprocess.Popen[bytes], timeout: float = 45.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{path.name} exited with {proc.returncode}:\n{path.read_text(errors='replace')[-3000:]}")
+        if path.exists() and needle in path.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{path.name}: no {needle!r} after {timeout}s")
+
+
+@dataclass
+class Process:
+    name: str
+    kind: str  # web / worker / relay / consumer / simulator: the rows of the M figure
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as handle:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+
+
+@dataclass
+class StackConfig:
+    database_url: str
+    web_workers: int = 4
+    worker_concurrency: int = 2
+    worker_log_level: str = "info"
+    log_dir: Path = ROOT / "artifacts" / "bench-logs"
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class BenchStack:
+    def __init__(self, config: StackConfig):
+        self.config = config
+        self.sim_port = free_port()
+        self.web_port = free_port()
+        self.simulator_url = f"http://127.0.0.1:{self.sim_port}"
+        self.web_url = f"http://127.0.0.1:{self.web_port}"
+        self.webhook_url = f"{self.web_url}/api/internal/webhook"
+        env = dict(os.environ)
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "bench.settings",
+                "DATABASE_URL": config.database_url,
+                "EVOLUTION_API_URL": self.simulator_url,
+                "PORT": str(self.web_port),
+                "INTERNAL_WEBHOOK_URL": self.webhook_url,
+                "PYTHONUNBUFFERED": "1",
+                # The funnel's rate-limit check still runs (a Redis script per request); the bench
+                # only lifts the limit so that measuring throughput is not measuring 429s.
+                "RATE_LIMIT_PER_SECOND": "1000000",
+                "RATE_LIMIT_BURST": "1000000",
+                "TYPING_DELAY_MS_PER_CHAR": "0",
+            }
+        )
+        env.update(config.extra_env)
+        self.env = env
+        self.processes: dict[str, Process] = {}
+
+    def _process(self, name: str, kind: str, argv: list[str]) -> Process:
+        return Process(name, kind, argv, self.env, self.config.log_dir / f"{name}.log")
+
+    def simulator(self) -> Process:
+        argv = [
+            sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(self.sim_port),
+            "--api-key", self.env["EVOLUTION_API_KEY"],
+            "--exchange", self.env.get("EVOLUTION_RABBITMQ_EXCHANGE", "evolution_exchange"),
+            # Evolution's own per-event queues have no consumer here; filling them would only load RabbitMQ.
+            "--no-declare-queues",
+        ]
+        if self.env.get("EVOLUTION_RABBITMQ_URL"):
+            argv += ["--rabbitmq-url", self.env["EVOLUTION_RABBITMQ_URL"]]
+        return self._process("simulator", "simulator", argv)
+
+    def web(self) -> Process:
+        return self._process(
+            "web", "web",
+            [sys.executable, "-m", "gunicorn", "pilot_status.wsgi:application", "-b", f"127.0.0.1:{self.web_port}",
+             # As in the Procfile (keep-alive, access log), so the figures are the deployed server's.
+             "-w", str(self.config.web_workers), "--timeout", "30", "--graceful-timeout", "5", "--keep-alive", "5",
+             "--access-logfile", "-"],
+        )
+
+    def relay(self) -> Process:
+        return self._process("relay", "relay", [sys.executable, "manage.py", "run_relay"])
+
+    def consumer(self) -> Process:
+        return self._process("consumer", "consumer", [sys.executable, "manage.py", "run_consumer"])
+
+    def worker(self, lane: str) -> Process:
+        return self._process(
+            f"worker-{lane}", "worker",
+            [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "-Q", lane, "-n", f"{lane}@bench",
+             "-c", str(self.config.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair",
+             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", self.config.worker_log_level],
+        )
+
+    def start(self) -> None:
+        sim = self.simulator().start()
+        self.processes["simulator"] = sim
+        assert sim.proc is not None
+        wait_for_port(self.sim_port, sim.proc)
+        self.processes.update({"web": self.web(), "relay": self.relay(), "consumer": self.consumer()})
+        for lane in LANES:
+            self.processes[f"worker-{lane}"] = self.worker(lane)
+        for name, process in self.processes.items():
+            if name != "simulator":
+                process.start()
+        web = self.processes["web"]
+        assert web.proc is not None
+        wait_for_port(self.web_port, web.proc)
+        for lane in LANES:
+            worker = self.processes[f"worker-{lane}"]
+            assert worker.proc is not None
+            wait_for_log(worker.log, "ready.", worker.proc)
+        consumer = self.processes["consumer"]
+        assert consumer.proc is not None
+        wait_for_log(consumer.log, "Connected to amqp", consumer.proc)
+
+    def stop_process(self, name: str) -> None:
+        self.processes[name].stop()
+
+    def start_process(self, name: str) -> None:
+        factory = {"web": self.web, "relay": self.relay, "consumer": self.consumer, "simulator": self.simulator}.get(name)
+        process = (factory or (lambda: self.worker(name.split("-", 1)[1])))().start()
+        self.processes[name] = process
+        assert process.proc is not None
+        if name == "simulator":
+            wait_for_port(self.sim_port, process.proc)
+        elif name == "web":
+            wait_for_port(self.web_port, process.proc)
+
+    def stop(self) -> None:
+        for process in reversed(list(self.processes.values())):
+            process.stop()

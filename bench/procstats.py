@@ -1,0 +1,116 @@
+"""CPU and memory of the stack's processes, read from /proc (Linux only, no extra package).
+
+A process kind (web, worker, ...) is a process tree: gunicorn's master and its workers, Celery's
+parent and its prefork children. RSS is reported per process (the target is per process), CPU
+as the sum over the tree.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int) -> list[int]:
+    """pid and all its descendants that are alive now."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
+    return found
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICKS
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores."""
+    parts = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = parts[3] + parts[4]
+    total = sum(parts[:8])
+    return (total - idle) / TICKS, total / TICKS
+
+
+class Sampler:
+    """Samples the RSS of every process of each kind in a background thread; keeps the peak."""
+
+    def __init__(self, roots: dict[str, list[int]], interval: float = 0.5):
+        self.roots = roots
+        self.interval = interval
+        self.peak: dict[str, float] = {kind: 0.0 for kind in roots}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for kind, pids in self.roots.items():
+            for root in pids:
+                for pid in tree(root):
+                    self.peak[kind] = max(self.peak[kind], rss_mb(pid))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+class CpuMeter:
+    """CPU seconds per process kind (and for the whole machine) between start and stop."""
+
+    def __init__(self, roots: dict[str, list[int]]):
+        self.roots = roots
+        self.wall = 0.0
+        self.by_kind: dict[str, float] = {}
+        self.machine_busy = 0.0
+
+    def _read(self) -> dict[str, float]:
+        return {kind: cpu_seconds(p for root in pids for p in tree(root)) for kind, pids in self.roots.items()}
+
+    def __enter__(self) -> CpuMeter:
+        self._start = self._read()
+        self._machine = machine_cpu_seconds()[0]
+        self._t0 = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._read()
+        self.wall = time.monotonic() - self._t0
+        self.machine_busy = machine_cpu_seconds()[0] - self._machine
+        self.by_kind = {kind: max(0.0, end[kind] - self._start.get(kind, 0.0)) for kind in end}

@@ -1,0 +1,70 @@
+"""The profiled passes (not counted in any figure: sampling slows what it samples).
+
+P1: the web workers while wrk drives POST /v1/messages/send (B1's funnel).
+P2: relay, lane workers, consumer and web while a B2-sized pipeline drains.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import profile
+from .backlog import bulk_accept, live_key
+from .context import Context
+from .launcher import ROOT
+from .loadgen import post_load
+from .scenarios.b1_accept import SEND_PATH, send_body
+
+OUT = ROOT / "artifacts" / "bench" / "profiles"
+
+
+def _pids(ctx: Context, *names: str) -> dict[str, int]:
+    return {name: ctx.stack.processes[name].pid for name in names if ctx.stack.processes[name].alive()}
+
+
+def _files(stem: str, pids: dict[str, int]) -> list[Path]:
+    return [OUT / f"{stem}-{pid}.txt" for pid in pids.values()]
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    if profile.py_spy() is None:
+        return {"error": "py-spy is not installed (pip install -r requirements.txt)"}
+    seconds = ctx.sizes.profile_seconds
+    for old in OUT.glob("*.txt"):
+        old.unlink()
+    out: dict[str, Any] = {}
+
+    ctx.fresh()
+    ctx.stack.stop_process("relay")
+    try:
+        web = _pids(ctx, "web")
+        load = threading.Thread(target=post_load, args=(ctx.stack.web_url + SEND_PATH, send_body(ctx.world.a.recipients[0]),
+                                                      ctx.sizes.b1_connections, seconds + 2),
+                                kwargs={"token": ctx.world.a.live_key, "idempotency": True})
+        load.start()
+        profile.finish(profile.record(list(web.values()), seconds, OUT / "p1-web"))
+        load.join()
+        out["P1 web (B1 funnel)"] = profile.summarise(_files("p1-web", web))
+    finally:
+        ctx.stack.start_process("relay")
+
+    time.sleep(3)  # the restarted relay's start-up (imports, checks) is not the hot path
+    ctx.fresh()
+    names = ("relay", "worker-otp", "worker-utility", "worker-marketing", "consumer", "web")
+    pids = _pids(ctx, *names)
+    world = ctx.world
+    per_lane = max(1, ctx.sizes.b2_messages // 3)
+    fleet = [i.name for i in world.fleet]
+    for category in ("OTP", "UTILITY", "MARKETING"):
+        bulk_accept(world.a.project, live_key(world.a.project), world.a.recipients, per_lane, category, instances=fleet)
+    time.sleep(1)  # sample the steady drain, not the first release
+    samplers = {name: profile.record([pid], seconds, OUT / f"p2-{name}") for name, pid in pids.items()}
+    for procs in samplers.values():
+        profile.finish(procs)
+    for name, pid in pids.items():
+        out[f"P2 {name} (B2 pipeline)"] = profile.summarise([OUT / f"p2-{name}-{pid}.txt"])
+    ctx.fresh()
+    return out

@@ -1,0 +1,202 @@
+"""Render the results as docs/benchmarks.md: a summary table, then each scenario's details.
+
+The analysis that needs a person (what the profiles mean, what to change) lives in bench/findings.md
+and is included verbatim, so regenerating the figures never loses it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+FINDINGS = Path(__file__).with_name("findings.md")
+
+
+def num(value: Any, digits: int = 0, unit: str = "") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and math.isinf(value):
+        return "∞"
+    if isinstance(value, float) and math.isnan(value):
+        return "n/a"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def spread(s: dict[str, Any], digits: int = 0, unit: str = "") -> str:
+    if not s:
+        return "–"
+    if s["min"] == s["max"] or len(s.get("runs", [])) <= 1:
+        return num(s["median"], digits, unit)
+    return f"{num(s['median'], digits, unit)} ({num(s['min'], digits)}–{num(s['max'], digits)})"
+
+
+def status(met: bool | None, measurable: bool = True) -> str:
+    if not measurable:
+        return "not yet measurable"
+    return "**met**" if met else "**not met**"
+
+
+def _summary(results: dict[str, Any]) -> list[str]:
+    sc = results["scenarios"]
+    rows = ["| id | figure (median, min–max) | baseline, same run | ratio | target | status |",
+            "|---|---|---|---|---|---|"]
+    if b1 := sc.get("B1"):
+        f = b1["figures"]
+        rows.append(f"| B1 | {spread(f['funnel']['rate'])} accepted/s, p99 {spread(f['funnel']['p99_ms'], 1, ' ms')} "
+                    f"| bare DRF insert {spread(f['baseline']['rate'])} req/s, p99 {spread(f['baseline']['p99_ms'], 1, ' ms')} "
+                    f"| {num(b1['ratio'], 2)}× | ≥ 0.7×, p99 ≤ 25 ms | {status(b1['met'])} |")
+    if b2 := sc.get("B2"):
+        rows.append(f"| B2 | SENT {spread(b2['sent_rate'])} msg/s; READ {spread(b2['read_rate'])} msg/s "
+                    f"({b2['messages']:,} messages) | trivial tasks {spread(b2['baseline_tasks_per_s'])} /s "
+                    f"| {num(b2['ratio'], 2)}× | SENT ≥ 0.35× | {status(b2['met'])} |")
+    if b3 := sc.get("B3"):
+        rows.append(f"| B3 | OTP p99 {spread(b3['backlog_run']['p99_ms'], 0, ' ms')} (p50 {spread(b3['backlog_run']['p50_ms'], 0, ' ms')}) "
+                    f"behind {b3['backlog']:,} marketing | idle p99 {spread(b3['idle']['p99_ms'], 0, ' ms')} "
+                    f"(p50 {spread(b3['idle']['p50_ms'], 0, ' ms')}) | {num(b3['ratio'], 2)}× | ≤ 1.5× and ≤ 250 ms "
+                    f"| {status(b3['met'])} |")
+    if b4 := sc.get("B4"):
+        cap = f"{num(b4['pacing_cap_per_s'], 1)}/s (`{b4['pacing_cap_setting']}`)" if b4["measurable"] else "no pacing cap configured"
+        rows.append(f"| B4 | peak {num(b4['peak_calls_per_s_after'], 1)} calls/s per instance after (5-s window; 1-s: "
+                    f"{num(b4['peak_calls_per_s_after_1s'], 1)}); {b4['attempts_consumed_during_outage']:,} "
+                    f"attempts / {b4['gateway_calls_during_outage']:,} calls during {num(b4['outage_s'])} s outage; drain "
+                    f"{num(b4['drain_s'], 1)} s | {cap} | {num(b4['peak_calls_per_s_after'] / b4['pacing_cap_per_s'], 2) + '×' if b4['measurable'] else '–'} "
+                    f"| peak ≤ cap; attempts ≈ 0 | {status(b4['met'], b4['measurable'])} |")
+    if b5 := sc.get("B5"):
+        rows.append(f"| B5 | {spread(b5['rate'])} unique events/s ({b5['events']:,} events × 2 channels); correct: "
+                    f"{'yes' if b5['correct'] else 'NO'} | bare DRF insert {num(b5['baseline_rate'])} req/s "
+                    f"| {num(b5['ratio'], 2)}× | ≥ 0.5× | {status(b5['met'])} |")
+    if b6 := sc.get("B6"):
+        behind = b6["behind"]
+        figure = (f"> {num(b6['timeout_s'])} s (timed out)" if behind["timed_out"]
+                  else spread(behind["p99_s"], 2, " s"))
+        rows.append(f"| B6 | B's p99 wait {figure} behind {b6['backlog']:,} of A | B alone {spread(b6['alone']['p99_s'], 2, ' s')} "
+                    f"| {num(b6['ratio'], 2) + '×' if not behind['timed_out'] else '∞'} | ≤ 2× | {status(b6['met'])} |")
+    if b2:
+        rss = b2["peak_rss_mb"]
+        rows.append(f"| M | peak RSS during B2: worker {num(rss.get('worker'))} MB, web {num(rss.get('web'))} MB, "
+                    f"relay {num(rss.get('relay'))} MB, consumer {num(rss.get('consumer'))} MB, simulator "
+                    f"{num(rss.get('simulator'))} MB | – | – | worker ≤ 150 MB, web ≤ 120 MB | {status(b2['rss_met'])} |")
+    for name, error in results["errors"].items():
+        rows.append(f"| {name} | failed: `{error.strip().splitlines()[-1][:120]}` | | | | **error** |")
+    return rows
+
+
+def _cpu(name: str, cpu: dict[str, Any]) -> str:
+    parts = ", ".join(f"{kind} {100 * share:.0f} %" for kind, share in cpu["share"].items())
+    return (f"- {name}: machine busy {100 * (cpu['machine_busy_share'] or 0):.0f} % of {cpu['wall_s']:.0f} s × cores; "
+            f"by process kind: {parts}")
+
+
+def _details(results: dict[str, Any]) -> list[str]:
+    sc = results["scenarios"]
+    out: list[str] = []
+    if b1 := sc.get("B1"):
+        out += ["### B1 accept rate", "",
+                f"Load: {b1['tool']}, {b1['connections']} keep-alive connections, {num(b1['seconds_per_run'])} s per run, "
+                "runs interleaved (baseline, funnel, funnel without Idempotency-Key). The relay is stopped during B1 "
+                "so that the pipeline does not share the CPU; every 202 was checked to be a stored message "
+                f"({'yes' if b1['every_202_stored'] else 'NO'}).", "",
+                "| path | req/s | p50 | p99 | non-2xx/errors |", "|---|---|---|---|---|"]
+        labels = {"baseline": "bare DRF insert (bench/baseline)", "funnel": "POST /v1/messages/send + Idempotency-Key",
+                  "funnel_no_idempotency_key": "POST /v1/messages/send, no Idempotency-Key"}
+        for name, f in b1["figures"].items():
+            out.append(f"| {labels[name]} | {spread(f['rate'])} | {spread(f['p50_ms'], 1, ' ms')} | "
+                       f"{spread(f['p99_ms'], 1, ' ms')} | {f['errors']} |")
+        out += ["", f"Without the Idempotency-Key the ratio is {num(b1['ratio_no_idempotency_key'], 2)}×.", ""]
+    if b2 := sc.get("B2"):
+        out += ["### B2 pipeline", "",
+                f"{b2['messages']:,} messages (a third per lane) written by the bulk accept path; clock from its commit.", "",
+                "| run | trivial tasks/s | SENT/s | READ/s | all SENT | all READ | sim sendText | sim CPU (of one core) |",
+                "|---|---|---|---|---|---|---|---|"]
+        for i, r in enumerate(b2["runs"]):
+            out.append(f"| {i + 1} | {num(b2['baseline_tasks_per_s']['runs'][i])} | {num(r['sent_rate'])} | {num(r['read_rate'])} "
+                       f"| {r['all_sent']} ({num(r['sent_s'], 1)} s) | {r['all_read']} ({num(r['read_s'], 1)} s) "
+                       f"| {r['simulator_send_text']['total']:,} | {100 * r['simulator_cpu_share']:.0f} % |")
+        out += ["", "Peak RSS per process (sampled every 0.5 s during the first run): " +
+                ", ".join(f"{k} {num(v)} MB" for k, v in b2["peak_rss_mb"].items()), ""]
+    if b3 := sc.get("B3"):
+        out += ["### B3 OTP latency behind a marketing backlog", "",
+                f"{b3['otps']} OTPs at {num(b3['otp_rate'])}/s through the HTTP API (official instance), latency "
+                f"accept → SENT; backlog {b3['backlog']:,} MARKETING from the bulk path. Typing delay off.", "",
+                "| run | idle p50 / p99 | with backlog p50 / p99 | backlog left when the stream was sent |",
+                "|---|---|---|---|"]
+        for i, (a, b) in enumerate(zip(b3["idle"]["runs"], b3["backlog_run"]["runs"])):
+            out.append(f"| {i + 1} | {num(a['p50_ms'])} / {num(a['p99_ms'])} ms | {num(b['p50_ms'])} / {num(b['p99_ms'])} ms "
+                       f"| {num(b.get('backlog_left'))} |")
+        out.append("")
+    if b4 := sc.get("B4"):
+        out += ["### B4 gateway outage", "",
+                f"{b4['messages']:,} UTILITY messages over {b4['instances']} instances; the simulator answers every sendText with "
+                f"503 for {num(b4['outage_s'])} s, then recovers. Drained: {b4['drained']} in {num(b4['drain_s'], 1)} s; "
+                f"final statuses {b4['final_statuses']}; attempts used in total {b4['attempts_total']:,}; pacing burst "
+                f"{b4['pacing_burst']}.", "",
+                "Gateway calls per second, all instances together (seconds since the outage began: calls/s): " +
+                ", ".join(f"{t}s:{r:g}" for t, r in b4["calls_per_s_timeline"] if r) + "", ""]
+    if b5 := sc.get("B5"):
+        out += ["### B5 dual ingestion", "",
+                "| run | events/s | inbox rows | processed | delivered | webhooks posted | RabbitMQ published | counters | sim CPU |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for i, r in enumerate(b5["runs"]):
+            counters = ", ".join(f"{k}={v}" for k, v in sorted(r["metrics"].items()))
+            out.append(f"| {i + 1} | {num(r['rate'])} | {r['inbox_rows']:,} | {r['inbox_processed']:,} | "
+                       f"{r['messages_delivered']:,} | {r['webhooks_posted']:,} | {r['rabbitmq_published']:,} | {counters} "
+                       f"| {100 * r['simulator_cpu_share']:.0f} % |")
+        out.append("")
+    if b6 := sc.get("B6"):
+        out += ["### B6 fairness in the marketing lane", "",
+                f"A queues {b6['backlog']:,} MARKETING, B queues {b6['b_messages']} MARKETING "
+                f"{num(results['sizes']['b6_delay_seconds'], 1)} s later (both bulk). Wait = sent_at − created_at.", "",
+                "| run | B alone p50 / p99 | B behind A p50 / p99 | B sent | A sent meanwhile |", "|---|---|---|---|---|"]
+        for i, (a, b) in enumerate(zip(b6["alone"]["runs"], b6["behind"]["runs"])):
+            out.append(f"| {i + 1} | {num(a['p50_s'], 2)} / {num(a['p99_s'], 2)} s | {num(b['p50_s'], 2)} / {num(b['p99_s'], 2)} s "
+                       f"| {b['sent']}/{b['count']} | {num(b.get('a_sent_meanwhile'))} |")
+        out.append("")
+    cpu_lines = [_cpu(name, s["cpu"]) for name, s in sc.items() if s.get("cpu")]
+    if cpu_lines:
+        out += ["### Where the CPU went (share of the machine: cores × wall time)", "", *cpu_lines, "",
+                "The simulator's share is its own CPU; it stays far from a full core, so it is not the bottleneck.", ""]
+    return out
+
+
+def _profiles(results: dict[str, Any]) -> list[str]:
+    profiles = results.get("profiles")
+    if not profiles:
+        return []
+    out = ["## Profiles (py-spy, raw stacks in artifacts/bench/profiles/)", ""]
+    if "error" in profiles:
+        return out + [profiles["error"], ""]
+    for name, p in profiles.items():
+        out += [f"### {name}: {p['samples']:,} samples", "", "| own time | % | | project code, inclusive | % |", "|---|---|---|---|---|"]
+        own, mine = p["own"][:10], p["project_inclusive"][:10]
+        for i in range(max(len(own), len(mine))):
+            a = own[i] if i < len(own) else ("", "")
+            b = mine[i] if i < len(mine) else ("", "")
+            out.append(f"| `{a[0]}` | {a[1]} | | `{b[0]}` | {b[1]} |")
+        out.append("")
+    return out
+
+
+def render(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `make bench` (`python -m bench`; sizes in bench/sizes.py, override with `--set name=value` or "
+        "`BENCH_<NAME>`). Every figure is measured against its baseline in the same run, on the real stack: gunicorn "
+        f"({results['stack']['web_workers']} sync workers), one Celery worker per lane (prefork "
+        f"-c {results['stack']['worker_concurrency']}), relay, RabbitMQ consumer, Postgres, Redis, RabbitMQ and the "
+        "Evolution simulator, all on this one machine together with the load generator.",
+        "",
+        f"- Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}",
+        f"- Date: {m['date']}; commit `{m['commit']}`{' (with uncommitted changes)' if m['dirty'] else ''}",
+        f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run {num(results['elapsed_s'])} s",
+        f"- Runs per figure: {results['sizes']['runs']} (B2: {results['sizes']['b2_runs']}, B5: "
+        f"{results['sizes']['b5_runs']}, B4: 1); figures are the median with (min–max).",
+    ]
+    if results.get("smoke"):
+        lines += ["", "**Smoke run (tiny sizes): these numbers only prove the harness works; they measure nothing.**"]
+    lines += ["", "## Summary", "", *_summary(results), "", "## Details", "", *_details(results), *_profiles(results)]
+    if FINDINGS.exists():
+        lines += [FINDINGS.read_text().rstrip(), ""]
+    return "\n".join(lines) + "\n"

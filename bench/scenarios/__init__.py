@@ -1,0 +1,1 @@
+"""One module per scenario of issue 7; each exposes run(ctx) -> dict (its figures, JSON-friendly)."""

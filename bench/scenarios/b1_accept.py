@@ -1,0 +1,95 @@
+"""B1: accept rate of POST /v1/messages/send (the whole funnel) against a bare DRF insert view.
+
+Both run on the same gunicorn with the same settings and middleware, under the same load (wrk, N
+keep-alive connections), interleaved run by run so that machine noise hits both alike. The relay is
+stopped meanwhile: this figure is the API's, and the pipeline draining behind it is B2's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context import Context
+from ..loadgen import LoadResult, post_load
+from ..stats import Spread, ratio
+from ..world import empty_tables
+
+BASELINE_PATH = "/bench/baseline/insert"
+SEND_PATH = "/v1/messages/send"
+
+
+def send_body(to: str) -> dict[str, Any]:
+    return {"to": to, "category": "UTILITY", "text": "Your order {{n}} has shipped", "variables": {"n": "4242"},
+            "metadata": {"bench": "B1"}}
+
+
+def _as_dict(result: LoadResult) -> dict[str, Any]:
+    return {"tool": result.tool, "requests": result.requests, "errors": result.errors, "seconds": round(result.seconds, 2),
+            "rate": round(result.rate, 1), "p50_ms": round(result.p50_ms, 2), "p99_ms": round(result.p99_ms, 2)}
+
+
+def warm_up(ctx: Context, body: dict[str, Any]) -> None:
+    """First requests import the URLconf and views and open DB connections in each gunicorn worker."""
+    import requests
+
+    session = requests.Session()
+    for _ in range(4 * ctx.stack.config.web_workers):
+        session.post(ctx.stack.web_url + BASELINE_PATH, json=body, timeout=60)
+        session.post(ctx.stack.web_url + SEND_PATH, json=body, timeout=60,
+                     headers={"Authorization": f"Bearer {ctx.world.a.live_key}"})
+    post_load(ctx.stack.web_url + BASELINE_PATH, body, ctx.sizes.b1_connections, 2)
+    post_load(ctx.stack.web_url + SEND_PATH, body, ctx.sizes.b1_connections, 2, token=ctx.world.a.live_key)
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    from messaging.models import Message
+
+    sizes = ctx.sizes
+    body = send_body(ctx.world.a.recipients[0])
+    ctx.stack.stop_process("relay")
+    runs: dict[str, list[LoadResult]] = {"baseline": [], "funnel": [], "funnel_no_idempotency_key": []}
+    accepted_rows_ok = True
+    try:
+        empty_tables()
+        warm_up(ctx, body)
+        with ctx.cpu() as meter:
+            for n in range(sizes.runs):
+                empty_tables()
+                runs["baseline"].append(
+                    post_load(ctx.stack.web_url + BASELINE_PATH, body, sizes.b1_connections, sizes.b1_seconds))
+                for name, idempotency in (("funnel", True), ("funnel_no_idempotency_key", False)):
+                    empty_tables()
+                    result = post_load(ctx.stack.web_url + SEND_PATH, body, sizes.b1_connections, sizes.b1_seconds,
+                                       token=ctx.world.a.live_key, idempotency=idempotency)
+                    # Every 202 must be a stored message: a fast answer that stored nothing is no figure.
+                    stored = Message.objects.count()
+                    accepted_rows_ok &= stored >= result.requests - result.errors
+                    runs[name].append(result)
+                ctx.log(f"  B1 run {n + 1}: baseline {runs['baseline'][-1].rate:.0f}/s, funnel {runs['funnel'][-1].rate:.0f}/s "
+                        f"(p99 {runs['funnel'][-1].p99_ms:.1f} ms), no-key {runs['funnel_no_idempotency_key'][-1].rate:.0f}/s")
+        empty_tables()
+    finally:
+        ctx.stack.start_process("relay")
+    from ..context import cpu_summary
+
+    figures = {name: {"rate": Spread.of([r.rate for r in results]).as_dict(),
+                      "p50_ms": Spread.of([r.p50_ms for r in results]).as_dict(),
+                      "p99_ms": Spread.of([r.p99_ms for r in results]).as_dict(),
+                      "errors": sum(r.errors for r in results),
+                      "runs": [_as_dict(r) for r in results]}
+               for name, results in runs.items()}
+    base = figures["baseline"]["rate"]["median"]
+    funnel = figures["funnel"]
+    return {
+        "tool": runs["funnel"][0].tool if runs["funnel"] else "",
+        "connections": sizes.b1_connections,
+        "seconds_per_run": sizes.b1_seconds,
+        "figures": figures,
+        "ratio": ratio(funnel["rate"]["median"], base),
+        "ratio_no_idempotency_key": ratio(figures["funnel_no_idempotency_key"]["rate"]["median"], base),
+        "every_202_stored": accepted_rows_ok,
+        "target": {"ratio": 0.7, "p99_ms": 25.0},
+        "met": ratio(funnel["rate"]["median"], base) >= 0.7 and funnel["p99_ms"]["median"] <= 25.0
+        and funnel["errors"] == 0,
+        "cpu": cpu_summary(meter),
+    }

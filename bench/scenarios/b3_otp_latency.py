@@ -1,0 +1,95 @@
+"""B3: OTP accept → SENT latency while a marketing backlog drains, against the same stream idle.
+
+The backlog is created with the bulk accept path (bench.backlog), spread over project A's fleet
+(one instance alone would be paced to SEND_RATE_PER_INSTANCE and hardly load the machine); the OTP stream goes through the
+real HTTP API at a steady rate, to numbers without opt-in (so through the official instance, as a
+real OTP would). Latency = sent_at - created_at of each OTP, both stamped by the product.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import requests
+
+from ..backlog import bulk_accept, live_key
+from ..context import Context, cpu_summary, wait_for
+from ..stats import Spread, percentile
+
+
+def otp_stream(ctx: Context, count: int, rate: float) -> list[str]:
+    session = requests.Session()
+    headers = {"Authorization": f"Bearer {ctx.world.a.live_key}"}
+    ids: list[str] = []
+    recipients = ctx.world.otp_recipients
+    start = time.monotonic()
+    for i in range(count):
+        due = start + i / rate
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        response = session.post(
+            f"{ctx.stack.web_url}/v1/messages/send",
+            json={"to": recipients[i % len(recipients)], "category": "OTP", "text": "Your code is {{code}}",
+                  "variables": {"code": f"{i:06d}"}},
+            headers=headers, timeout=30,
+        )
+        response.raise_for_status()
+        ids.append(response.json()["id"])
+    return ids
+
+
+def latencies(ctx: Context, ids: list[str]) -> dict[str, Any]:
+    from messaging.models import Message
+
+    met, _ = wait_for(lambda: Message.objects.filter(pk__in=ids, sent_at__isnull=False).count() >= len(ids),
+                      ctx.sizes.wait_timeout, 0.25)
+    rows = Message.objects.filter(pk__in=ids).values_list("created_at", "sent_at")
+    values = [(sent - created).total_seconds() * 1000 if sent else float("inf") for created, sent in rows]
+    return {"count": len(values), "all_sent": met, "p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99),
+            "max_ms": max(values, default=float("nan"))}
+
+
+def one_run(ctx: Context, backlog: int) -> dict[str, Any]:
+    from messaging.models import Message
+
+    ctx.fresh()
+    if backlog:
+        bulk_accept(ctx.world.a.project, live_key(ctx.world.a.project), ctx.world.a.recipients, backlog, "MARKETING",
+                    instances=[i.name for i in ctx.world.fleet])
+    ids = otp_stream(ctx, ctx.sizes.b3_otps, ctx.sizes.b3_otp_rate)
+    result = latencies(ctx, ids)
+    if backlog:
+        # Proof that the backlog was really draining meanwhile (and not done before the stream ended).
+        sent = Message.objects.filter(category="MARKETING", sent_at__isnull=False).count()
+        result["backlog_sent_during_run"] = sent
+        result["backlog_left"] = backlog - sent
+    return result
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    sizes = ctx.sizes
+    idle: list[dict[str, Any]] = []
+    busy: list[dict[str, Any]] = []
+    with ctx.cpu() as meter:
+        for n in range(sizes.runs):
+            idle.append(one_run(ctx, 0))
+            busy.append(one_run(ctx, sizes.b3_backlog))
+            ctx.log(f"  B3 run {n + 1}: idle p50/p99 {idle[-1]['p50_ms']:.0f}/{idle[-1]['p99_ms']:.0f} ms, "
+                    f"with backlog {busy[-1]['p50_ms']:.0f}/{busy[-1]['p99_ms']:.0f} ms "
+                    f"({busy[-1].get('backlog_left', 0)} of the backlog left)")
+    ctx.fresh()
+    idle_p99 = Spread.of([r["p99_ms"] for r in idle])
+    busy_p99 = Spread.of([r["p99_ms"] for r in busy])
+    ratio = busy_p99.median / idle_p99.median if idle_p99.median else float("nan")
+    return {
+        "backlog": sizes.b3_backlog, "otps": sizes.b3_otps, "otp_rate": sizes.b3_otp_rate,
+        "idle": {"p50_ms": Spread.of([r["p50_ms"] for r in idle]).as_dict(), "p99_ms": idle_p99.as_dict(), "runs": idle},
+        "backlog_run": {"p50_ms": Spread.of([r["p50_ms"] for r in busy]).as_dict(), "p99_ms": busy_p99.as_dict(),
+                        "runs": busy},
+        "ratio": ratio,
+        "target": {"ratio": 1.5, "p99_ms": 250},
+        "met": ratio <= 1.5 and busy_p99.median <= 250 and all(r["all_sent"] for r in busy + idle),
+        "cpu": cpu_summary(meter),
+    }

@@ -1,0 +1,144 @@
+"""B5: ingestion of status events that arrive twice, by webhook and by RabbitMQ (100 % duplicates).
+
+N messages are put in SENT with an Evolution id (bulk accept path without outbox, then one UPDATE);
+the simulator is then asked to emit one DELIVERY_ACK per message (`/_control/emit`), which it sends
+both ways, exactly like Evolution. Measured: unique events applied per second, from the first emit
+to the last event processed and every message DELIVERED. The baseline is B1's bare insert view.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import requests
+
+from ..backlog import bulk_accept, live_key
+from ..context import Context, cpu_summary, wait_for
+from ..stats import Spread
+
+EVOLUTION_COUNTERS = "ps:metrics:evolution:*"
+EMITTERS = 4  # threads calling /_control/emit: enough that the emitting side is never the limit
+
+
+def prepare(ctx: Context, count: int) -> list[tuple[str, str, str]]:
+    """SENT messages with Evolution ids; returns (message id, keyId, remoteJid)."""
+    from django.db import connection
+
+    world = ctx.world
+    ids = bulk_accept(world.a.project, live_key(world.a.project), world.a.recipients, count, "UTILITY", enqueue=False)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE messaging_message
+               SET status = 'SENT', sent_at = now(), attempts = 1,
+                   evolution_message_id = 'BENCH' || upper(substr(md5(id::text), 1, 16)),
+                   remote_jid = substr("to", 2) || '@s.whatsapp.net'
+             WHERE id = ANY(%s::uuid[])
+            RETURNING id::text, evolution_message_id, remote_jid
+            """,
+            [ids],
+        )
+        return list(cursor.fetchall())
+
+
+def emit_all(ctx: Context, instance: str, instance_id: str, rows: list[tuple[str, str, str]]) -> None:
+    sessions: dict[int, requests.Session] = {}
+    import threading
+
+    def emit(row: tuple[int, tuple[str, str, str]]) -> None:
+        n, (_, key_id, jid) = row
+        session = sessions.setdefault(threading.get_ident(), requests.Session())
+        response = session.post(f"{ctx.sim.base_url}/_control/emit", json={
+            "instance": instance, "event": "messages.update",
+            "data": {"keyId": key_id, "remoteJid": jid, "fromMe": True, "status": "DELIVERY_ACK",
+                     "instanceId": instance_id, "messageId": n},
+        }, timeout=30)
+        response.raise_for_status()
+
+    with ThreadPoolExecutor(EMITTERS) as pool:
+        list(pool.map(emit, enumerate(rows)))
+
+
+def evolution_counters() -> dict[str, int]:
+    from pilot_status import metrics
+
+    keys = metrics.redis().keys(EVOLUTION_COUNTERS)
+    values = metrics.redis().mget(keys) if keys else []
+    return {k.decode().removeprefix("ps:metrics:evolution:"): int(v or 0) for k, v in zip(keys, values)}
+
+
+def one_run(ctx: Context, count: int) -> dict[str, Any]:
+    from django.db.models import Count, Q
+
+    from ingestion.models import IngestionEvent
+    from messaging.models import Message
+    from pilot_status import metrics
+
+    ctx.fresh()
+    keys = metrics.redis().keys(EVOLUTION_COUNTERS)
+    if keys:
+        metrics.redis().delete(*keys)
+    instance = ctx.world.a.instance.name
+    instance_id = ctx.sim.configure(instance)["id"]
+    rows = prepare(ctx, count)
+    ids = [r[0] for r in rows]
+    sim_before = ctx.sim.stats()
+    started = time.time()
+    emit_all(ctx, instance, instance_id, rows)
+    emitted_s = time.time() - started
+
+    def done() -> Any:
+        events = IngestionEvent.objects.aggregate(n=Count("pk"), processed=Count("pk", filter=Q(processed_at__isnull=False)))
+        delivered = Message.objects.filter(pk__in=ids, status="DELIVERED").count()
+        return events["processed"] >= count and delivered >= count and (events, delivered)
+
+    met, _ = wait_for(done, ctx.sizes.wait_timeout, 0.25)
+    finished = time.time()
+    # Let the slower channel's copies arrive too, then count what was stored and what was skipped.
+    time.sleep(1.0)
+    events = IngestionEvent.objects.aggregate(n=Count("pk"), processed=Count("pk", filter=Q(processed_at__isnull=False)))
+    by_channel = dict(IngestionEvent.objects.values_list("channel").annotate(n=Count("pk")))
+    delivered = Message.objects.filter(pk__in=ids, status="DELIVERED").count()
+    sim_after = ctx.sim.stats()
+    counters = evolution_counters()
+    return {
+        "events": count,
+        "emit_s": round(emitted_s, 2),
+        "all_applied": met,
+        "rate": count / (finished - started) if met else float("nan"),
+        "inbox_rows": events["n"], "inbox_processed": events["processed"], "inbox_by_channel": by_channel,
+        "messages_delivered": delivered,
+        "webhooks_posted": sim_after["webhook"]["posted"] - sim_before["webhook"]["posted"],
+        "rabbitmq_published": sim_after["rabbitmq"]["published"] - sim_before["rabbitmq"]["published"],
+        "metrics": counters,
+        "simulator_cpu_share": round((sim_after["cpu_seconds"] - sim_before["cpu_seconds"]) / max(finished - started, 1e-6), 3),
+    }
+
+
+def run(ctx: Context, baseline_rate: float | None) -> dict[str, Any]:
+    sizes = ctx.sizes
+    runs: list[dict[str, Any]] = []
+    with ctx.cpu() as meter:
+        for n in range(sizes.b5_runs):
+            runs.append(one_run(ctx, sizes.b5_events))
+            r = runs[-1]
+            ctx.log(f"  B5 run {n + 1}: {r['rate']:.0f} events/s, inbox {r['inbox_rows']} rows, "
+                    f"{r['messages_delivered']} delivered (sim CPU {r['simulator_cpu_share']:.0%} of one core)")
+    ctx.fresh()
+    rate = Spread.of([r["rate"] for r in runs])
+    correct = all(r["inbox_rows"] == r["events"] and r["inbox_processed"] == r["events"]
+                  and r["messages_delivered"] == r["events"] for r in runs)
+    ratio = rate.median / baseline_rate if baseline_rate else float("nan")
+    return {
+        "events": sizes.b5_events,
+        "rate": rate.as_dict(),
+        "baseline_rate": baseline_rate,
+        "ratio": ratio,
+        "correct": correct,
+        "target": {"ratio": 0.5},
+        "met": ratio >= 0.5 and correct,
+        "runs": runs,
+        "cpu": cpu_summary(meter),
+    }

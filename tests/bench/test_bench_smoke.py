@@ -1,0 +1,56 @@
+"""The benchmark harness, run end to end on tiny sizes so that it cannot rot.
+
+It starts its own real stack (bench/launcher.py) on its own database and writes a report; this test
+only checks that every scenario completed and produced well-formed figures. It asserts no speed:
+benchmarks measure, tests do not time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6")
+
+
+def _is_figure(value: object) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
+def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path) -> None:
+    # given: a bench database of its own, next to the test database
+    env = dict(os.environ)
+    env["BENCH_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_bench_smoke"
+    out, raw = tmp_path / "benchmarks.md", tmp_path / "results.json"
+
+    # when
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--json", str(raw)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+
+    # then: every scenario ran, nothing failed, and each headline figure is a number
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    results = json.loads(raw.read_text())
+    assert results["errors"] == {}
+    assert sorted(results["scenarios"]) == list(SCENARIOS)
+    sc = results["scenarios"]
+    assert _is_figure(sc["B1"]["figures"]["funnel"]["rate"]["median"])
+    assert _is_figure(sc["B1"]["figures"]["baseline"]["rate"]["median"])
+    assert sc["B1"]["every_202_stored"] is True
+    assert _is_figure(sc["B2"]["sent_rate"]["median"]) and _is_figure(sc["B2"]["baseline_tasks_per_s"]["median"])
+    assert all(r["all_sent"] and r["all_read"] for r in sc["B2"]["runs"])
+    assert set(sc["B2"]["peak_rss_mb"]) >= {"web", "worker", "relay", "consumer", "simulator"}
+    assert _is_figure(sc["B3"]["idle"]["p99_ms"]["median"]) and _is_figure(sc["B3"]["backlog_run"]["p99_ms"]["median"])
+    assert sc["B4"]["drained"] is True and isinstance(sc["B4"]["attempts_consumed_during_outage"], int)
+    assert sc["B5"]["correct"] is True and _is_figure(sc["B5"]["rate"]["median"])
+    assert all(r["all_sent"] for r in sc["B6"]["alone"]["runs"] + sc["B6"]["behind"]["runs"])
+    report = out.read_text()
+    for row in (*SCENARIOS, "M"):
+        assert f"| {row} |" in report
+    assert "Smoke run" in report
