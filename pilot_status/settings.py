@@ -113,6 +113,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "pilot_status.middleware.JsonErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Serves the admin's CSS/JS from the app folders under gunicorn (no collectstatic needed).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -250,6 +252,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # Bodies above this are refused before parsing (S4: huge bodies get a clear 413).
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("MAX_REQUEST_BODY_BYTES", 64 * 1024, minimum=1024)

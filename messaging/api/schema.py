@@ -113,7 +113,7 @@ ERROR_CODES = {
     403: "test_recipient_not_allowed, production_not_approved",
     404: "not_found",
     405: "method_not_allowed",
-    409: "idempotency_conflict",
+    409: "idempotency_conflict (send), dead_letter_resolved (resend/dismiss of a resolved entry)",
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "unknown_instance, own_instance_required, no_instance_available, opt_in_required",
