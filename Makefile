@@ -1,0 +1,96 @@
+# Pilot Status — set-up, run and test (GNU make, Debian/Ubuntu, as root).
+#
+#   make run     install what is missing, start Postgres/Redis/RabbitMQ on loopback, migrate,
+#                seed the demo project, then run the whole stack under honcho (Ctrl-C stops it;
+#                the services keep running until `make stop`)
+#   make test    the whole test suite against real services;  make test ARGS="-k foo -x"
+#
+# Configuration (contract §7): recipes run through scripts/env.sh, where a non-empty value in
+# the environment (or on make's command line) wins over .env, which wins over the defaults
+# written in scripts/env.sh. The defaults deliberately do not live here: a make default would
+# reach the recipes as an environment value and hide .env.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.requirements.stamp
+SERVICES := scripts/services.sh
+ENV := scripts/env.sh
+TEST_ENV := scripts/env.sh --test
+ARGS ?=
+
+.PHONY: help install system-deps services migrate run test bench chaos stop status browser-deps
+
+help:
+	@echo "make run           install, start services, migrate, seed the demo, run the stack (honcho)"
+	@echo "make test          run the test suite (ARGS=\"...\" for pytest)"
+	@echo "make install       apt packages + .venv (pip only when requirements.txt changed)"
+	@echo "make services      start Postgres :55432, Redis :56379, RabbitMQ :56720 (loopback)"
+	@echo "make migrate       apply migrations"
+	@echo "make bench / chaos python -m bench / python -m chaos"
+	@echo "make status / stop services status / stop them (by PID)"
+	@echo "make browser-deps  install Debian's chromium (browser tests)"
+
+# --- installation ------------------------------------------------------------------------------
+
+install: system-deps $(STAMP)
+
+system-deps:
+	@$(SERVICES) install
+
+# Debian's own python3 needs python3-venv for `-m venv`; pyenv/python.org builds have it.
+$(VENV)/bin/python:
+	@command -v $(PYTHON) >/dev/null || $(SERVICES) apt-ensure python3 python3-venv
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "Python >= 3.11 needed, $(PYTHON) is $$($(PYTHON) -V 2>&1)" >&2; exit 1; }
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || $(SERVICES) apt-ensure python3-venv
+	$(PYTHON) -m venv $(VENV)
+
+# pip runs only when requirements.txt is newer than the stamp (or the venv is new).
+$(STAMP): requirements.txt | $(VENV)/bin/python
+	$(VENV)/bin/pip install --disable-pip-version-check --no-input -q -r requirements.txt
+	@touch $@
+
+browser-deps:
+	@command -v chromium >/dev/null || $(SERVICES) apt-ensure chromium
+
+# --- services ----------------------------------------------------------------------------------
+
+services:
+	@$(SERVICES) up
+
+stop:
+	@$(SERVICES) down
+
+status:
+	@$(SERVICES) status
+
+# --- application -------------------------------------------------------------------------------
+
+migrate: install services
+	$(ENV) $(VENV)/bin/python manage.py migrate --noinput
+
+# seed_demo creates the demo project once, writes .state/simulator-instances.json (the
+# simulator's --preload) and prints the keys and a curl line. honcho gets `-e /dev/null`: its
+# own .env loading would override values set in the environment.
+run: migrate
+	$(ENV) $(VENV)/bin/python manage.py seed_demo
+	$(ENV) scripts/procfile.sh > .state/Procfile
+	exec $(ENV) $(VENV)/bin/honcho start -e /dev/null -f .state/Procfile
+
+# Tests: Redis db 1, RabbitMQ vhost pilot_test (scripts/env.sh --test), and PG_FAST=1 —
+# synchronous_commit=off, fsync stays on — unless PG_FAST is set. PG_FAST is also exported to
+# pytest so that a fault test restarting Postgres through scripts/services.sh keeps it.
+test: install browser-deps
+	PG_FAST=$${PG_FAST:-1} $(SERVICES) up
+	PG_FAST=$${PG_FAST:-1} $(TEST_ENV) $(VENV)/bin/pytest $(ARGS)
+
+# Benchmarks run with the normal durability settings (`up` without PG_FAST restores them).
+bench: migrate
+	$(ENV) $(VENV)/bin/python -m bench $(ARGS)
+
+chaos: migrate
+	$(ENV) $(VENV)/bin/python -m chaos $(ARGS)

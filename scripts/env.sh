@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The project's environment (contract.md §7), for make recipes and for your own shell.
+#
+#   scripts/env.sh [--test] COMMAND [ARGS...]   run COMMAND in that environment
+#   scripts/env.sh [--test]                      print the resulting §7 variables
+#   source scripts/env.sh [--test]               load it into the current bash shell
+#
+# Precedence, variable by variable: a non-empty value already in the environment wins (so
+# `EVOLUTION_API_URL=https://evo.example make run` works), then .env, then the defaults below.
+#
+# --test (used by `make test`): Redis db 1 and the RabbitMQ vhost pilot_test instead of db 0 and
+# vhost /, so that a running `make run` never consumes the tests' tasks; and .env is NOT read, so
+# that tests behave as in CI and never reach a real Evolution API or database named in .env.
+# The environment still wins.
+#
+# Default ports come from scripts/services.sh; a clone whose services had to use shifted ports
+# (.state/port-offset, see services.sh) gets its URLs shifted the same way.
+
+_pilot_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+
+# _pilot_default NAME VALUE: set NAME unless it already has a non-empty value; export it either
+# way (when this file is sourced, NAME may be a plain shell variable).
+_pilot_default() {
+    if [ -z "${!1:-}" ]; then
+        export "$1=$2"
+    else
+        export "${1?}"
+    fi
+}
+
+# _pilot_load_dotenv FILE: KEY=VALUE lines (optional `export `, '#' comments, optional single or
+# double quotes, no variable interpolation). Never overrides a non-empty environment value.
+_pilot_load_dotenv() {
+    local file=$1 line key value n=0
+    [ -f "$file" ] || return 0
+    while IFS= read -r line || [ -n "$line" ]; do
+        n=$((n + 1))
+        line=${line%$'\r'}
+        line=${line#"${line%%[![:space:]]*}"} # leading blanks
+        case $line in '' | '#'*) continue ;; esac
+        line=${line#export }
+        if [[ $line =~ ^([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*=[[:space:]]*(.*)$ ]]; then
+            key=${BASH_REMATCH[1]}
+            value=${BASH_REMATCH[2]}
+            case $value in
+            \"*\" | \'*\') value=${value:1:${#value}-2} ;;
+            *)
+                value=${value%%[[:space:]]#*}           # " # comment" after an unquoted value
+                value=${value%"${value##*[![:space:]]}"} # trailing blanks
+                ;;
+            esac
+            _pilot_default "$key" "$value"
+        else
+            printf 'env.sh: %s line %d ignored (not KEY=VALUE)\n' "$file" "$n" >&2
+        fi
+    done <"$file"
+}
+
+_pilot_env() {
+    local test_mode=0 off=0
+    [ "${1:-}" = --test ] && test_mode=1
+    [ -r "$_pilot_root/.state/port-offset" ] && off=$(tr -dc '0-9' <"$_pilot_root/.state/port-offset")
+    off=${off:-0}
+    local pg=$((55432 + off)) redis=$((56379 + off)) amqp=$((56720 + off))
+
+    if [ "$test_mode" = 1 ]; then
+        _pilot_default REDIS_URL "redis://127.0.0.1:$redis/1"
+        _pilot_default CELERY_BROKER_URL "amqp://guest:guest@127.0.0.1:$amqp/pilot_test"
+        _pilot_default EVOLUTION_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp/pilot_test"
+        # the simulator's own tests (tests/simulator/conftest.py) default to port 56720
+        _pilot_default SIMULATOR_TEST_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp/"
+    else
+        _pilot_load_dotenv "$_pilot_root/.env"
+    fi
+
+    _pilot_default DATABASE_URL "postgres://pilot:pilot@127.0.0.1:$pg/pilot_status"
+    _pilot_default REDIS_URL "redis://127.0.0.1:$redis/0"
+    _pilot_default CELERY_BROKER_URL "amqp://guest:guest@127.0.0.1:$amqp//"
+    _pilot_default EVOLUTION_API_URL "http://127.0.0.1:8081"
+    _pilot_default EVOLUTION_API_KEY "simulator-global-key"
+    _pilot_default EVOLUTION_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp//"
+    _pilot_default EVOLUTION_RABBITMQ_EXCHANGE "evolution_exchange"
+    _pilot_default INTERNAL_WEBHOOK_SECRET "dev-internal-secret-change-me"
+    _pilot_default SECRET_KEY "dev-secret-key-change-me-in-production-0123456789"
+    _pilot_default PORT "8000"
+    _pilot_default DEBUG "0"
+    _pilot_default DJANGO_SETTINGS_MODULE "pilot_status.settings"
+    _pilot_default PYTHONUNBUFFERED "1" # honcho shows log lines as they come
+
+    # The venv's gunicorn, celery, honcho and python first (the Procfile names them bare).
+    case ":$PATH:" in
+    *":$_pilot_root/.venv/bin:"*) ;;
+    *) export PATH="$_pilot_root/.venv/bin:$PATH" ;;
+    esac
+}
+
+_pilot_env "$@"
+
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then
+    # sourced: keep the variables, drop the helpers
+    unset -f _pilot_default _pilot_load_dotenv _pilot_env
+    unset _pilot_root
+    return 0
+fi
+
+[ "${1:-}" = --test ] && shift
+if [ $# -eq 0 ]; then
+    for _v in DATABASE_URL REDIS_URL CELERY_BROKER_URL EVOLUTION_API_URL EVOLUTION_API_KEY \
+        EVOLUTION_RABBITMQ_URL EVOLUTION_RABBITMQ_EXCHANGE INTERNAL_WEBHOOK_SECRET SECRET_KEY \
+        PORT DEBUG; do
+        printf '%s=%s\n' "$_v" "${!_v}"
+    done
+    exit 0
+fi
+exec "$@"

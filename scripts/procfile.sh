@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Print the Procfile that `make run` gives honcho: ./Procfile, minus the `simulator` line when
+# EVOLUTION_API_URL points somewhere other than the local simulator (contract §7: then the
+# whole stack runs against that Evolution API instead).
+#
+#   scripts/env.sh scripts/procfile.sh > .state/Procfile
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+url=${EVOLUTION_API_URL:-}
+url=${url%/}
+
+case "$url" in
+http://127.0.0.1:8081 | http://localhost:8081)
+    cat "$root/Procfile"
+    ;;
+*)
+    echo "procfile.sh: EVOLUTION_API_URL=$url is not the local simulator: not starting it" >&2
+    grep -v '^simulator:' "$root/Procfile"
+    ;;
+esac
