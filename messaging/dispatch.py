@@ -24,8 +24,6 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
-from django.db.models.functions import Least
 from django.utils import timezone
 
 from pilot_status.celery import LANES, SEND_TASK, app
@@ -117,6 +115,11 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
     candidates = round_robin_candidates(lane, now, slots)
     if not candidates:
         return Release()
+    # Released means due. A row made due early (a reconnect) must be claimable the moment its
+    # task lands, and a worker may get the task before the release below commits: commit this first.
+    Message.objects.filter(pk__in=[c.message_id for c in candidates], next_attempt_at__gt=now).update(
+        next_attempt_at=now
+    )
     with transaction.atomic():
         locked = set(
             OutboxEntry.objects.select_for_update(skip_locked=True)
@@ -135,10 +138,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
                     SEND_TASK, args=[candidate.message_id], queue=lane, routing_key=lane, producer=producer
                 )
         message_ids = [c.message_id for c in chosen]
-        # Released means due: a row made due early (a reconnect) must be claimable at once.
-        Message.objects.filter(pk__in=message_ids).update(
-            dispatched_at=now, next_attempt_at=Least(F("next_attempt_at"), now)
-        )
+        Message.objects.filter(pk__in=message_ids).update(dispatched_at=now)
         OutboxEntry.objects.filter(pk__in=[c.pk for c in chosen]).delete()
         MessageEvent.objects.bulk_create(
             [

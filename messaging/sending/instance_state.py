@@ -24,32 +24,39 @@ log = logging.getLogger(__name__)
 
 _KEY = "ps:instance-state:{}"
 _STATES = {s.value for s in ConnectionState}
-_local: dict[str, tuple[str, float]] = {}
+_local: dict[str, tuple[str, float, float]] = {}
 
 
-def _cached(name: str) -> str | None:
+def _cached(name: str) -> tuple[str, float] | None:
+    """(state, epoch when learnt) or None."""
     try:
         value = metrics.redis().get(_KEY.format(name))
-        return value.decode() if isinstance(value, bytes) else value
     except Exception:
-        state, until = _local.get(name, ("", 0.0))
-        return state if until > time.monotonic() else None
+        state, until, learnt = _local.get(name, ("", 0.0, 0.0))
+        return (state, learnt) if until > time.monotonic() else None
+    if value is None:
+        return None
+    state, _, learnt = (value.decode() if isinstance(value, bytes) else value).partition("|")
+    return state, float(learnt or 0)
 
 
 def remember(name: str, state: str) -> None:
     ttl = settings.INSTANCE_STATE_CACHE_SECONDS
-    _local[name] = (state, time.monotonic() + ttl)
+    _local[name] = (state, time.monotonic() + ttl, time.time())
     try:
-        metrics.redis().set(_KEY.format(name), state, px=max(1, int(ttl * 1000)))
+        metrics.redis().set(_KEY.format(name), f"{state}|{time.time()!r}", px=max(1, int(ttl * 1000)))
     except Exception:
         pass
 
 
 def current(instance: Instance) -> str | None:
     """open / connecting / close / missing, or None when Evolution could not tell us."""
-    state = _cached(instance.name)
-    if state:
-        return state
+    cached = _cached(instance.name)
+    # A webhook (connection.update) recorded on the row after we cached wins over the cache.
+    if cached and cached[1] >= instance.state_changed_at.timestamp():
+        return cached[0]
+    if cached and instance.connection_state == ConnectionState.OPEN:
+        return ConnectionState.OPEN
     state = gateway.connection_state(instance.name)
     if state is None:
         return None

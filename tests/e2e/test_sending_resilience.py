@@ -1,0 +1,129 @@
+"""Sending on the real stack (gunicorn, relay, consumer, one Celery worker per lane) against the
+simulator's faults: no duplicate under redelivery, nothing lost to a SIGKILL, a paced release
+after a reconnect (measured at the simulator), and an OTP that never waits behind marketing."""
+
+from __future__ import annotations
+
+import signal
+from datetime import timedelta
+
+import requests
+from django.utils import timezone
+
+from messaging import opt_ins, reconciler
+from messaging.accept import SendRequest, accept_message
+from messaging.models import Environment, Message
+from messaging.sending import pacing
+from pilot_status.celery import SEND_TASK, app
+from tests.support.simulator import wait_until
+
+RECIPIENT = "+5511988887777"
+
+
+def api_send(stack, actor, category: str = "UTILITY", text: str = "Order {{n}} shipped") -> str:
+    response = requests.post(
+        f"{stack.web_url}/v1/messages/send",
+        json={"to": RECIPIENT, "category": category, "text": text, "variables": {"n": "42"}},
+        headers={"Authorization": f"Bearer {actor.live_key}"},
+        timeout=10,
+    )
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def status_of(message_id: str) -> str:
+    return Message.objects.get(pk=message_id).status
+
+
+def sent_ids(simulator, instance: str) -> list[dict]:
+    return [s for s in simulator.sends(instance=instance) if s.get("id")]
+
+
+def test_the_same_task_delivered_twenty_times_sends_once(stack, simulator, alice, alice_instance):
+    simulator.register(alice_instance, stack.webhook_url)
+    simulator.faults(alice_instance.name, latency_ms=300)  # keep the first send in flight a while
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    message_id = api_send(stack, alice)
+
+    with app.producer_or_acquire() as producer:
+        for _ in range(20):
+            app.send_task(SEND_TASK, args=[message_id], queue="utility", routing_key="utility", producer=producer)
+
+    wait_until(lambda: status_of(message_id) in ("SENT", "SERVER_ACK", "DELIVERED", "READ"), timeout=30)
+    wait_until(lambda: Message.objects.get(pk=message_id).dispatched_at is None
+               or app.connection_for_read().default_channel.queue_declare("utility", passive=True).message_count == 0,
+               timeout=30, message="the duplicate tasks were consumed")
+    assert len(simulator.sends(instance=alice_instance.name)) == 1
+    assert Message.objects.get(pk=message_id).attempts == 1
+
+
+def test_a_worker_killed_mid_send_loses_nothing_and_sends_once(stack, simulator, alice, alice_instance):
+    simulator.register(alice_instance, stack.webhook_url)
+    # Evolution sends, then its answer hangs: the worker is inside the HTTP call when it dies.
+    simulator.faults(alice_instance.name, hang_rate=1.0, hang_ms=8000, hang_after_send=True)
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    message_id = api_send(stack, alice)
+    wait_until(lambda: sent_ids(simulator, alice_instance.name), timeout=20, message="Evolution sent it")
+    assert status_of(message_id) == "SENDING"
+
+    stack.restart("worker-utility", signal.SIGKILL)
+    simulator.faults(alice_instance.name, hang_rate=0.0)
+    # The lease runs out (SEND_LEASE_SECONDS); then the reconciler's beat pass finds it.
+    Message.objects.filter(pk=message_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert reconciler.run_batch().leases_recovered == 1
+
+    message = wait_until(
+        lambda: Message.objects.filter(pk=message_id, status__in=["SENT", "SERVER_ACK", "DELIVERED", "READ"]).first(),
+        timeout=60, message="sent after recovery",
+    )
+    sends = sent_ids(simulator, alice_instance.name)
+    assert len(sends) == 1  # findMessages confirmed the dead worker's send: no duplicate
+    assert message.evolution_message_id == sends[0]["id"]
+    kinds = list(message.events.values_list("kind", flat=True))
+    assert "RECOVERED" in kinds
+
+
+def test_a_reconnect_releases_the_backlog_at_the_instance_pace(stack, simulator, alice, alice_instance):
+    rate = 4.0
+    alice_instance.send_rate_per_second = rate
+    alice_instance.save()
+    simulator.register(alice_instance, stack.webhook_url)
+    simulator.instance(alice_instance.name, state="close")
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    ids = [api_send(stack, alice, text=f"backlog {i}") for i in range(16)]
+    wait_until(lambda: Message.objects.filter(pk__in=ids, events__kind="WAITING").distinct().count() == 16,
+               timeout=30, message="all held while disconnected")
+    assert simulator.sends(instance=alice_instance.name) == []
+
+    # when: the phone reconnects (Evolution's connection.update webhook reaches ingestion)
+    simulator.instance(alice_instance.name, state="open")
+
+    wait_until(lambda: len(sent_ids(simulator, alice_instance.name)) >= 16, timeout=60, message="backlog sent")
+    assert len(sent_ids(simulator, alice_instance.name)) == 16
+    stamps = sorted(s["at"] for s in sent_ids(simulator, alice_instance.name))
+    burst = pacing.burst_for(rate)
+    # Measured at Evolution: n sends never come faster than the bucket allows (burst, then the rate).
+    for i in range(len(stamps)):
+        for j in range(i + burst, len(stamps)):
+            assert stamps[j] - stamps[i] >= (j - i - burst) / rate - 0.05, (i, j, stamps)
+    for message in Message.objects.filter(pk__in=ids):
+        assert message.attempts == 1
+
+
+def test_an_otp_is_sent_while_a_marketing_backlog_drains(stack, simulator, alice, alice_instance, official_instance):
+    simulator.register(alice_instance, stack.webhook_url)
+    simulator.register(official_instance, stack.webhook_url)
+    simulator.faults(alice_instance.name, latency_ms=50)
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    backlog = [
+        accept_message(alice.project, None, Environment.LIVE, SendRequest(RECIPIENT, "MARKETING", f"promo {i}"))["id"]
+        for i in range(150)
+    ]
+    wait_until(lambda: sent_ids(simulator, alice_instance.name), timeout=30, message="marketing started")
+
+    otp_id = api_send(stack, alice, category="OTP", text="Your code is {{n}}")
+    wait_until(lambda: status_of(otp_id) != "QUEUED" and status_of(otp_id) != "SENDING", timeout=30, message="OTP sent")
+
+    assert Message.objects.get(pk=otp_id).status in ("SENT", "SERVER_ACK", "DELIVERED", "READ")
+    still_waiting = Message.objects.filter(pk__in=backlog, status__in=["QUEUED", "SENDING"]).count()
+    assert still_waiting > 0  # the OTP did not wait for the marketing lane to drain
