@@ -117,6 +117,9 @@ def stack(stack_process: Stack, transactional_db: Any, simulator: SimulatorClien
     """Web, relay and lane workers running against the test database (data committed for real)."""
     stack_process.purge_queues()
     yield stack_process
+    # Let in-flight work settle before the database is flushed: a TRUNCATE racing the relay's
+    # or a worker's transaction can deadlock.
+    stack_process.wait_until_quiet()
 
 
 @pytest.fixture(autouse=True)
@@ -131,3 +134,13 @@ def _clean_redis() -> None:
 
 def pytest_configure(config: Any) -> None:
     os.environ.setdefault("PILOT_STATUS_TESTS", "1")
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    """Run the tests that start the stack last.
+
+    Once started, the session's relay and workers keep working on the test database: a plain
+    test's committed outbox rows would be released and sent under its feet. Ordering keeps the
+    two worlds apart without slowing either down.
+    """
+    items.sort(key=lambda item: "stack" in getattr(item, "fixturenames", ()))

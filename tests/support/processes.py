@@ -184,6 +184,26 @@ class Stack:
         if name == "consumer":
             wait_for_log(process.log, "Connected to amqp", proc=self.processes[name].proc, start_at=offset)
 
+    def wait_until_quiet(self, timeout: float = 10.0) -> None:
+        """Until nothing is due in the outbox and no message is being sent (best effort)."""
+        from django.utils import timezone
+
+        from messaging.models import Message, OutboxEntry
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                busy = (
+                    OutboxEntry.objects.filter(available_at__lte=timezone.now()).exists()
+                    or Message.objects.filter(status="SENDING").exists()
+                )
+            except Exception:
+                return
+            if not busy:
+                time.sleep(0.2)  # let the last receipts land
+                return
+            time.sleep(0.1)
+
     def purge_queues(self) -> None:
         from pilot_status.celery import app
 

@@ -51,7 +51,9 @@ class Command(BaseCommand):
         saved_path.write_text(json.dumps(saved, indent=2))
         saved_path.chmod(0o600)
 
-        webhook_url = f"http://127.0.0.1:{settings.PORT}/api/internal/webhook"
+        # Where Evolution (here: the simulator) posts events; in docker-compose INTERNAL_WEBHOOK_URL
+        # names the web service instead of loopback.
+        webhook_url = settings.INTERNAL_WEBHOOK_URL
         preload = []
         for instance in Instance.objects.filter(name__in=[OWN_INSTANCE, OFFICIAL_INSTANCE]):
             preload.append(
