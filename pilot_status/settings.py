@@ -251,7 +251,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Only for `collectstatic` (e.g. a Docker image); without it WhiteNoise serves from the app folders.
+STATIC_ROOT = envstr("STATIC_ROOT", "") or None
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
