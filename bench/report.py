@@ -194,6 +194,8 @@ def render(results: dict[str, Any]) -> str:
         f"- Runs per figure: {results['sizes']['runs']} (B2: {results['sizes']['b2_runs']}, B5: "
         f"{results['sizes']['b5_runs']}, B4: 1); figures are the median with (min–max).",
     ]
+    for name, error in results.get("retried", {}).items():
+        lines.append(f"- {name} was retried once after: `{error[:160]}`")
     if results.get("smoke"):
         lines += ["", "**Smoke run (tiny sizes): these numbers only prove the harness works; they measure nothing.**"]
     lines += ["", "## Summary", "", *_summary(results), "", "## Details", "", *_details(results), *_profiles(results)]

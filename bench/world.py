@@ -65,6 +65,8 @@ def empty_tables(tries: int = 10) -> None:
         except OperationalError:
             if attempt == tries - 1:
                 raise
+            # A lost connection (Postgres restarted under us) is replaced on the next try.
+            connection.close()
             time.sleep(0.5)
 
 
