@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from django.conf import settings
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
@@ -30,6 +31,7 @@ app.conf.task_routes = {
     "messaging.sync_statuses": {"queue": MAINTENANCE_QUEUE},
     "messaging.poll_instance_states": {"queue": MAINTENANCE_QUEUE},
     "ingestion.reconcile_events": {"queue": MAINTENANCE_QUEUE},
+    "dashboard.run_bulk_resend": {"queue": MAINTENANCE_QUEUE},
 }
 
 
@@ -62,9 +64,9 @@ app.conf.beat_schedule = {
     },
     "reconcile-ingestion": {
         "task": "ingestion.reconcile_events",
-        "schedule": 300.0,
-        "options": {"queue": MAINTENANCE_QUEUE, "expires": 300},
+        "schedule": float(settings.INGESTION_RECONCILE_SECONDS),
+        "options": {"queue": MAINTENANCE_QUEUE, "expires": settings.INGESTION_RECONCILE_SECONDS},
     },
 }
 
-app.autodiscover_tasks(["messaging", "messaging.sending", "ingestion"])
+app.autodiscover_tasks(["messaging", "messaging.sending", "ingestion", "dashboard"])
