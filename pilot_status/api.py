@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.conf import settings
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -55,6 +55,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
+    if isinstance(exc, DataError):
+        # Postgres refused a value (NUL, bad encoding, out of range): the input is at fault, and a
+        # 503 would invite the client to retry the same request forever.
+        log.warning("value refused by the database: %s", exc)
+        return Response(
+            error_body("invalid_request", "A value in the request cannot be stored as given."),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, DatabaseError):
         log.warning("database unavailable: %s", exc)
         return Response(

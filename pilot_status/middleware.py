@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .errors import error_body
@@ -46,6 +46,9 @@ class JsonErrorMiddleware:
         if isinstance(exception, RequestDataTooBig):
             code, message = _TEXT[413]
             return JsonResponse(error_body(code, message), status=413)
+        if isinstance(exception, DataError):
+            log.warning("value refused by the database on %s: %s", request.path, exception)
+            return JsonResponse(error_body("invalid_request", "A value in the request cannot be stored as given."), status=400)
         if isinstance(exception, DatabaseError):
             log.warning("database unavailable: %s", exception)
             response = JsonResponse(error_body("unavailable", "Temporarily unavailable; retry shortly."), status=503)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.utils import timezone
@@ -26,6 +27,34 @@ class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
         return super().to_internal_value(data)
 
 
+# Digits (any script: phonenumbers reads them), a leading +, and the usual separators. Anything
+# else — "ext 12", "x3", letters — would be dropped by the parser, and the message would go to a
+# number the client did not write.
+PHONE_CHARACTERS = re.compile(r"^[+\d\s().\-]+$")
+
+
+def storable(value: Any, path: str = "") -> str | None:
+    """Where a JSON value holds text Postgres cannot store (NUL, an unpaired surrogate), else None."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return f"{path or 'value'}: the NUL character is not allowed."
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{path or 'value'}: not valid Unicode (unpaired surrogate)."
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = storable(key, f"{path}.{key!r}" if path else repr(key)) or storable(item, f"{path}.{key}" if path else str(key))
+            if problem:
+                return problem
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if problem := storable(item, f"{path}[{i}]"):
+                return problem
+    return None
+
+
 class PhoneField(serializers.CharField):
     default_error_messages = {
         "invalid_phone": "Not a valid phone number in international E.164 format (e.g. +5511999990000)."
@@ -33,6 +62,8 @@ class PhoneField(serializers.CharField):
 
     def to_internal_value(self, data: Any) -> str:
         raw = super().to_internal_value(data)
+        if not PHONE_CHARACTERS.match(raw):
+            self.fail("invalid_phone")
         normalized = rules.normalize_phone(raw)
         if normalized is None:
             self.fail("invalid_phone")
@@ -52,12 +83,16 @@ class SendMessageSerializer(StrictSerializer):
     def validate_text(self, value: str) -> str:
         if not value.strip():
             raise serializers.ValidationError("Text must not be blank.")
+        if problem := storable(value, "text"):
+            raise serializers.ValidationError(problem)
         return value
 
     def validate_variables(self, value: dict[str, Any]) -> dict[str, Any]:
         for name, item in value.items():
             if not isinstance(item, (str, int, float, bool)) or item is None:
                 raise serializers.ValidationError(f"Variable {name!r} must be a string, number or boolean.")
+        if problem := storable(value):
+            raise serializers.ValidationError(problem)
         return value
 
     def validate_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
@@ -65,6 +100,8 @@ class SendMessageSerializer(StrictSerializer):
 
         if len(json.dumps(value)) > MAX_METADATA_BYTES:
             raise serializers.ValidationError(f"Metadata must be at most {MAX_METADATA_BYTES} bytes as JSON.")
+        if problem := storable(value):
+            raise serializers.ValidationError(problem)
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,36 @@
+"""Small helpers shared by the scenarios."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from ..context import Sent
+
+
+def answers(sent: list[Sent]) -> dict[str, int]:
+    return dict(Counter(str(s.status) for s in sent))
+
+
+def accepted_ids(sent: list[Sent]) -> list[str]:
+    return [s.id for s in sent if s.id]
+
+
+def duplicate_sends(groups: dict[str, list[dict[str, Any]]], texts: set[str] | None = None) -> dict[str, int]:
+    """sendText calls beyond the first per message text (all calls, and only the 201s)."""
+    extra_calls = extra_201 = 0
+    for text, calls in groups.items():
+        if texts is not None and text not in texts:
+            continue
+        extra_calls += max(0, len(calls) - 1)
+        extra_201 += max(0, sum(1 for c in calls if c.get("status") == 201) - 1)
+    return {"extra_calls": extra_calls, "extra_accepted_sends": extra_201}
+
+
+def pids(stack: Any, names: tuple[str, ...] = ("relay", "consumer", "web")) -> dict[str, int | None]:
+    return {n: (p.proc.pid if p.alive() else None) for n, p in stack.processes.items() if n in names or n.startswith("worker-")}
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)

@@ -1,0 +1,72 @@
+"""How big each scenario is: full (`make chaos`, ~15 min on 2 cores) or smoke (tests/chaos).
+
+Every size can be overridden with env CHAOS_<NAME> or `--set name=value`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class Sizes:
+    # R1: Redis outage under a steady send load
+    r1_outage_s: float = 30.0
+    r1_rate: float = 10.0  # sends per second during the whole window
+    # R2: RabbitMQ outage
+    r2_outage_s: float = 30.0
+    r2_rate: float = 5.0
+    r2_inflight: int = 40  # messages sent just before the outage, their receipts due during it
+    # R3: Postgres outage
+    r3_outage_s: float = 10.0
+    r3_rate: float = 5.0
+    # R4: lane worker SIGKILLed during a big batch
+    r4_messages: int = 5000
+    r4_kills: int = 10
+    # R5: web restarted during a status-webhook storm
+    r5_messages: int = 300
+    r5_restarts: int = 3
+    # R6: gateway matrix, messages per case
+    r6_per_case: int = 3
+    # R7: relay and consumer killed mid-batch
+    r7_messages: int = 600
+    r7_kills: int = 2
+    # S1: schemathesis examples per operation
+    s1_examples: int = 40
+    # How long a scenario waits for every accepted message to reach a final state
+    drain_s: float = 240.0
+    senders: int = 8  # client threads posting sends
+
+
+SMOKE = Sizes(
+    r1_outage_s=3.0, r1_rate=5.0,
+    r2_outage_s=3.0, r2_rate=3.0, r2_inflight=8,
+    r3_outage_s=3.0, r3_rate=3.0,
+    r4_messages=120, r4_kills=2,
+    r5_messages=30, r5_restarts=1,
+    r6_per_case=1,
+    r7_messages=40, r7_kills=1,
+    s1_examples=5,
+    drain_s=120.0, senders=4,
+)
+
+
+def _coerce(current: object, raw: str) -> object:
+    return type(current)(raw)
+
+
+def resolve(smoke: bool, overrides: list[str] | None = None, env: dict[str, str] | None = None) -> Sizes:
+    sizes = SMOKE if smoke else Sizes()
+    env = dict(os.environ if env is None else env)
+    changes: dict[str, object] = {}
+    for f in fields(Sizes):
+        raw = env.get(f"CHAOS_{f.name.upper()}")
+        if raw:
+            changes[f.name] = _coerce(getattr(sizes, f.name), raw)
+    for item in overrides or []:
+        name, _, raw = item.partition("=")
+        if name not in {f.name for f in fields(Sizes)}:
+            raise SystemExit(f"--set: unknown size {name!r}")
+        changes[name] = _coerce(getattr(sizes, name), raw)
+    return replace(sizes, **changes)

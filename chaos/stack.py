@@ -1,0 +1,62 @@
+"""Start the simulator, the TCP proxy in front of it, and the product's stack for a chaos run.
+
+The stack is tests/support/processes.Stack (gunicorn, relay, consumer, one Celery worker per lane,
+each in its own process group so a SIGKILL takes exactly it), pointed at the proxy instead of the
+simulator. The harness talks to the simulator's control API directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from urllib.parse import urlparse
+
+from .proxy import TcpProxy
+
+# Knobs the chaos stack runs with (the product's own settings, through the environment):
+CHAOS_ENV = {
+    # Faults, not throughput, are under test: no 429s from our own load generator.
+    "RATE_LIMIT_PER_SECOND": "100000",
+    "RATE_LIMIT_BURST": "100000",
+    # The fleet shares the load; a high pace keeps 5,000 sends within the time budget.
+    "SEND_RATE_PER_INSTANCE": "200",
+    "SEND_RATE_BURST": "50",
+    # A killed worker's lease runs out in 10 s instead of 60 s (drains stay short).
+    "SEND_LEASE_SECONDS": "10",
+    # A hung gateway is given up after 4 s (R6 timeouts).
+    "EVOLUTION_READ_TIMEOUT": "4",
+    "BREAKER_OPEN_SECONDS": "5",
+    "TYPING_DELAY_MS_PER_CHAR": "0",
+}
+
+
+def start_simulator(log_name: str = "chaos-simulator") -> object:
+    from django.conf import settings
+
+    from tests.support.processes import Process, free_port, wait_for_port
+    from tests.support.simulator import SimulatorClient
+
+    port = free_port()
+    argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port),
+            "--api-key", settings.EVOLUTION_API_KEY, "--exchange", settings.EVOLUTION_RABBITMQ_EXCHANGE,
+            # Evolution's own per-event queues have no consumer here; filling them only loads RabbitMQ.
+            "--no-declare-queues"]
+    if settings.EVOLUTION_RABBITMQ_URL:
+        argv += ["--rabbitmq-url", settings.EVOLUTION_RABBITMQ_URL]
+    process = Process(log_name, argv, dict(os.environ)).start()
+    wait_for_port(port, proc=process.proc)
+    return SimulatorClient(f"http://127.0.0.1:{port}", process)
+
+
+def start_stack(web_workers: int = 2, worker_concurrency: int = 2) -> tuple[object, object, TcpProxy]:
+    """(stack, simulator client, proxy); the stack reaches Evolution through the proxy."""
+    from tests.support.processes import Stack
+    from tests.support.simulator import SimulatorClient
+
+    os.environ.update(CHAOS_ENV)
+    sim = start_simulator()
+    parsed = urlparse(sim.base_url)  # type: ignore[attr-defined]
+    proxy = TcpProxy(parsed.hostname or "127.0.0.1", parsed.port or 80).start()
+    stack = Stack(SimulatorClient(proxy.url), web_workers=web_workers, worker_concurrency=worker_concurrency)
+    stack.start()
+    return stack, sim, proxy
