@@ -102,6 +102,16 @@ def simulator(simulator_process: SimulatorClient, settings: Any) -> Iterator[Sim
     yield simulator_process
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _clean_database_at_start(django_db_setup: Any, django_db_blocker: Any) -> None:
+    """--reuse-db keeps the test database between runs; rows a stack process wrote after the last
+    flush of the previous run (a late receipt, a consumer redelivery) must not leak into this one."""
+    from django.core.management import call_command
+
+    with django_db_blocker.unblock():
+        call_command("flush", interactive=False, verbosity=0)
+
+
 @pytest.fixture(scope="session")
 def stack_process(django_db_setup: Any, django_db_blocker: Any, simulator_process: SimulatorClient) -> Iterator[Stack]:
     stack = Stack(simulator_process)

@@ -158,6 +158,7 @@ class Stack:
         )
 
     def start(self) -> None:
+        self.purge_queues()  # leftovers of an earlier run must not reach this run's database
         self.processes = {"web": self._web(), "relay": self._relay(), "consumer": self._consumer()}
         for lane in LANES:
             self.processes[f"worker-{lane}"] = self._worker(lane)
