@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from django.conf import settings
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
@@ -43,6 +42,11 @@ def lane_for(category: str) -> str:
     return lane
 
 
+# Read from the environment directly: touching django.conf.settings while this module is imported
+# (from pilot_status/__init__) would load the settings module half-imported. settings.py
+# validates the same variable (INGESTION_RECONCILE_SECONDS) at start-up.
+_INGESTION_RECONCILE_SECONDS = int(os.environ.get("INGESTION_RECONCILE_SECONDS") or 300)
+
 # Each entry names its queue and expires: a beat tick that waited longer than its own period is
 # stale, and the next tick will do the same work (saleor CELERY_BEAT_SCHEDULE).
 app.conf.beat_schedule = {
@@ -64,8 +68,8 @@ app.conf.beat_schedule = {
     },
     "reconcile-ingestion": {
         "task": "ingestion.reconcile_events",
-        "schedule": float(settings.INGESTION_RECONCILE_SECONDS),
-        "options": {"queue": MAINTENANCE_QUEUE, "expires": settings.INGESTION_RECONCILE_SECONDS},
+        "schedule": float(_INGESTION_RECONCILE_SECONDS),
+        "options": {"queue": MAINTENANCE_QUEUE, "expires": _INGESTION_RECONCILE_SECONDS},
     },
 }
 
