@@ -15,7 +15,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from .querysets import MessageQuerySet, ProjectScopedQuerySet
@@ -49,6 +50,14 @@ class Status(models.TextChoices):
 
 # Delivery progress only moves right. FAILED is terminal except through a force resend.
 PROGRESS = [Status.SENT, Status.SERVER_ACK, Status.DELIVERED, Status.READ]
+
+
+_STAMPS = {
+    Status.SENT: "sent_at",
+    Status.SERVER_ACK: "server_ack_at",
+    Status.DELIVERED: "delivered_at",
+    Status.READ: "read_at",
+}
 
 
 def statuses_before(status: str) -> list[str]:
@@ -292,14 +301,15 @@ class Message(models.Model):
     def advance(self, status: str, at: datetime | None = None, **detail: Any) -> bool:
         """Move delivery progress forward (SENT..READ); a late or repeated receipt changes nothing."""
         at = at or timezone.now()
-        stamp = {
-            Status.SENT: "sent_at",
-            Status.SERVER_ACK: "server_ack_at",
-            Status.DELIVERED: "delivered_at",
-            Status.READ: "read_at",
-        }[Status(status)]
+        stamp = _STAMPS[Status(status)]
+        # A receipt that overtakes an earlier one (DELIVERY_ACK before SERVER_ACK, common when the
+        # two channels race) implies the earlier steps: fill their times if they are still empty.
+        implied = {
+            _STAMPS[earlier]: Coalesce(F(_STAMPS[earlier]), Value(at))
+            for earlier in PROGRESS[1 : PROGRESS.index(Status(status))]
+        }
         changed = Message.objects.filter(pk=self.pk, status__in=statuses_before(status)).update(
-            status=status, updated_at=at, **{stamp: at}
+            status=status, updated_at=at, **implied, **{stamp: at}
         )
         if changed:
             self.status = status

@@ -213,3 +213,10 @@ def test_it_keeps_ingesting_exactly_once_with_redis_really_down(sent_message, al
     sent_message.refresh_from_db()
     assert sent_message.status == Status.DELIVERED
     assert sent_message.events.filter(kind="STATUS").count() == 1
+
+
+def test_an_overtaking_receipt_fills_the_implied_times(sent_message, alice_instance):
+    post(sample("webhook.messages.update.READ.json"), **token_header(alice_instance))
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.READ
+    assert sent_message.server_ack_at == sent_message.delivered_at == sent_message.read_at
