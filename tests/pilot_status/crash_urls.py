@@ -1,0 +1,24 @@
+"""A URLconf for tests only: endpoints that crash, to check the error envelope of a real 500."""
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import include, path
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from pilot_status.api import ClientApiView
+
+
+class CrashingApiView(ClientApiView):
+    def get(self, request: Request) -> Response:
+        raise RuntimeError("secret internals that must not leak")
+
+
+def crashing_plain_view(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("secret internals that must not leak")
+
+
+urlpatterns = [
+    path("v1/crash", CrashingApiView.as_view()),
+    path("api/internal/crash", crashing_plain_view),
+    path("", include("pilot_status.urls")),
+]
