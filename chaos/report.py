@@ -76,10 +76,11 @@ def render(results: dict[str, Any]) -> str:
         for k, v in figs.items():
             lines.append(f"- {k}: {_fmt(v)}")
         if matrix:
-            lines += ["", "| case | expected | ends | attempts | sendText calls | right |", "|---|---|---|---|---|---|"]
+            lines += ["", "| case | expected | ends | attempts | sendText calls (Evolution's answers) | right |",
+                      "|---|---|---|---|---|---|"]
             for case, row in matrix.items():
                 lines.append(f"| {case} | {row['expected']} | {_fmt(row['ends'])} | {_fmt(row['attempts'])} | "
-                             f"{row['sendtext_calls']} | {'yes' if row['ok'] else '**no**'} |")
+                             f"{row['sendtext_calls']} ({_fmt(row.get('evolution_answered', {}))}) | {'yes' if row['ok'] else '**no**'} |")
         for note in r.get("notes", []):
             lines += ["", "```", note, "```"] if "\n" in note else ["", f"Note: {note}"]
         if name in results.get("errors", {}):

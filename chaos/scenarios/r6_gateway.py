@@ -26,6 +26,7 @@ class Case:
     faults: dict[str, Any] = field(default_factory=dict)
     register: bool = True
     max_sends_per_message: int = 1  # 201 answers Evolution gave per message
+    max_attempts: int = 10  # a disconnected answer must not use an attempt
     to: str | None = None
 
 
@@ -36,8 +37,11 @@ CASES = [
     Case("404 instance unknown to Evolution", ("FAILED", "INSTANCE_NOT_FOUND"), register=False),
     Case("deleted instance", ("FAILED", "INSTANCE_NOT_FOUND")),
     Case("not on WhatsApp", ("FAILED", "INVALID_RECIPIENT"), {"not_on_whatsapp": [NOT_ON_WA]}, to=NOT_ON_WA),
-    Case("Connection Closed (500)", ("OK", "")),
-    Case("Connection Closed (400)", ("OK", ""), {"number_cached": True}),
+    # Evolution's exact bodies (simulator/README.md): the socket dropped between our state check and the send.
+    Case("Connection Closed (500)", ("OK", ""), {"error_rate": 1.0, "error_status": 500, "error_body": {
+        "status": 500, "error": "Internal Server Error", "response": {"message": "Connection Closed"}}}, max_attempts=1),
+    Case("Connection Closed (400)", ("OK", ""), {"error_rate": 1.0, "error_status": 400, "error_body": {
+        "status": 400, "error": "Bad Request", "response": {"message": ["Error: Connection Closed"]}}}, max_attempts=1),
     Case("slow answers (2.5 s)", ("OK", ""), {"latency_ms": 2500}),
 ]
 LINK_CASES = [("link black hole (6 s)", "hang"), ("slow link (1 s per chunk)", "slow")]
@@ -68,7 +72,7 @@ def _outcome(ids: list[str]) -> list[dict[str, Any]]:
 
 
 def _judge(case_expect: tuple[str, str], rows: list[dict[str, Any]], sends: dict[str, list[dict[str, Any]]],
-           max_sends: int) -> tuple[bool, dict[str, Any]]:
+           max_sends: int, max_attempts: int = 10) -> tuple[bool, dict[str, Any]]:
     group, reason = case_expect
     ends, ok = {}, True
     for r in rows:
@@ -79,9 +83,13 @@ def _judge(case_expect: tuple[str, str], rows: list[dict[str, Any]], sends: dict
         else:
             ok &= r["status"] == "FAILED" and r["failure_reason"] == reason and r["dead_letter__id"] is not None
         accepted = sum(1 for c in sends.get(r["text"], []) if c.get("status") == 201)
-        ok &= accepted <= max_sends
+        ok &= accepted <= max_sends and r["attempts"] <= max_attempts
+    answered: dict[str, int] = {}
+    for r in rows:
+        for c in sends.get(r["text"], []):
+            answered[str(c.get("status"))] = answered.get(str(c.get("status")), 0) + 1
     return ok, {"ends": ends, "attempts": sorted({r["attempts"] for r in rows}),
-                "sendtext_calls": sum(len(sends.get(r["text"], [])) for r in rows)}
+                "sendtext_calls": sum(len(sends.get(r["text"], [])) for r in rows), "evolution_answered": answered}
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -104,14 +112,6 @@ def run(ctx: Context) -> dict[str, Any]:
     # Deleted through Evolution's own route (it logs out and emits connection.update close 401 first).
     deleted = plan["deleted instance"][1]
     requests.delete(f"{ctx.sim.base_url}/instance/delete/{deleted.name}", headers={"apikey": _global_key()}, timeout=10)
-    # Connection Closed: Evolution answers the send with it while we still believe the number is open,
-    # so its connection.update must not reach us first (webhook filtered, RabbitMQ dropped).
-    for name in ("Connection Closed (500)", "Connection Closed (400)"):
-        inst = plan[name][1]
-        ctx.sim.instance(inst.name, webhook={"events": ["MESSAGES_UPDATE", "SEND_MESSAGE"]},
-                         faults={"rabbitmq_drop_rate": 1.0})
-        ctx.sim.instance(inst.name, state="close")
-    time.sleep(1.0)
     for case, inst, ids in plan.values():
         for i in range(s.r6_per_case):
             sent = ctx.send(case.to or recipient, f"r6 {case.name} #{i}", instance=inst.name)
@@ -123,12 +123,10 @@ def run(ctx: Context) -> dict[str, Any]:
         wait_for(lambda: len(ctx.sim.sends(instance=inst.name)) >= s.r6_per_case, timeout=60)
         ctx.sim.faults(inst.name, hang_rate=0.0)
     for name in ("Connection Closed (500)", "Connection Closed (400)"):
-        inst, ids = plan[name][1], plan[name][2]
-        wait_for(lambda: Message.objects.filter(pk__in=ids, events__kind="WAITING").distinct().count() >= len(ids)
-                 or len(ctx.sim.sends(instance=inst.name)) >= len(ids), timeout=60)
-        time.sleep(3)  # a real outage lasts a while; nothing may be burnt meanwhile
-        ctx.sim.instance(inst.name, webhook={"events": []}, faults={"rabbitmq_drop_rate": 0.0})
-        ctx.sim.instance(inst.name, state="open")
+        inst = plan[name][1]
+        wait_for(lambda: len(ctx.sim.sends(instance=inst.name)) >= s.r6_per_case, timeout=60)
+        time.sleep(3)  # the socket stays down a while; nothing may be burnt meanwhile
+        ctx.sim.faults(inst.name, error_rate=0.0)
 
     all_ids = [i for _c, _inst, ids in plan.values() for i in ids]
     state = ctx.drain(all_ids)
@@ -136,8 +134,8 @@ def run(ctx: Context) -> dict[str, Any]:
     rows_out: dict[str, Any] = {}
     all_ok = True
     for case, inst, ids in plan.values():
-        ok, detail = _judge(case.expect, _outcome(ids), groups, case.max_sends_per_message)
-        ok &= len(ids) == s.r6_per_case
+        ok, detail = _judge(case.expect, _outcome(ids), groups, case.max_sends_per_message, case.max_attempts)
+        ok &= len(ids) >= s.r6_per_case
         all_ok &= ok
         rows_out[case.name] = {"ok": ok, "expected": " ".join(x for x in case.expect if x), **detail}
 
