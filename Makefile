@@ -22,7 +22,7 @@ ENV := scripts/env.sh
 TEST_ENV := scripts/env.sh --test
 ARGS ?=
 
-.PHONY: help install system-deps services migrate run test bench chaos stop status browser-deps
+.PHONY: lint help install system-deps services migrate run test bench chaos stop status browser-deps
 
 help:
 	@echo "make run           install, start services, migrate, seed the demo, run the stack (honcho)"
@@ -84,9 +84,13 @@ run: migrate
 # Tests: Redis db 1, RabbitMQ vhost pilot_test (scripts/env.sh --test), and PG_FAST=1 —
 # synchronous_commit=off, fsync stays on — unless PG_FAST is set. PG_FAST is also exported to
 # pytest so that a fault test restarting Postgres through scripts/services.sh keeps it.
-test: install browser-deps
+test: install browser-deps lint
 	PG_FAST=$${PG_FAST:-1} $(SERVICES) up
 	PG_FAST=$${PG_FAST:-1} $(TEST_ENV) $(VENV)/bin/pytest $(ARGS)
+
+# mypy --strict on the product and the simulator (mypy.ini); tests, bench and chaos are excluded.
+lint: install
+	$(TEST_ENV) $(VENV)/bin/mypy messaging ingestion pilot_status dashboard simulator
 
 # Benchmarks run with the normal durability settings (`up` without PG_FAST restores them).
 bench: migrate

@@ -43,6 +43,7 @@ def _loaded_filters(stored: dict[str, Any]) -> dict[str, Any]:
 
 
 def _selection(job: BulkResendJob) -> QuerySet[DeadLetter]:
+    rows: QuerySet[DeadLetter]
     if job.dead_letter_ids is not None:
         rows = DeadLetter.objects.for_project(job.project).filter(pk__in=job.dead_letter_ids)
     else:

@@ -24,7 +24,7 @@ def run_bulk_resend(job_id: int) -> None:
 
 def enqueue(job_id: int) -> None:
     try:
-        run_bulk_resend.apply_async(args=[job_id], queue=MAINTENANCE_QUEUE)
+        run_bulk_resend.apply_async(args=(job_id,), queue=MAINTENANCE_QUEUE)
     except Exception:  # the broker is down: the job row waits; opening its page kicks it again
         log.exception("could not enqueue bulk resend %s", job_id)
 

@@ -39,7 +39,8 @@ def _project(request: HttpRequest, project_id: int) -> Project:
 
 def _dead_letter(project: Project, dead_letter_id: int) -> DeadLetter:
     rows = DeadLetter.objects.for_project(project).select_related("message__instance")
-    return get_object_or_404(rows, pk=dead_letter_id)
+    entry: DeadLetter = get_object_or_404(rows, pk=dead_letter_id)
+    return entry
 
 
 def _actor(request: HttpRequest) -> str:

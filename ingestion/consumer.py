@@ -146,13 +146,13 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
 
     # ---- topology ------------------------------------------------------------------------
 
-    def get_consumers(self, consumer_cls: type[Consumer], channel: Any) -> list[Consumer]:
+    def get_consumers(self, consumer_cls: Any, channel: Any) -> list[Consumer]:
         self.channel = channel
         for queue in [*self.topology.retries, self.topology.parking]:
             assert queue is not None
             queue.bind(channel).declare()
         # After a reconnect, also bind exchanges learnt while running (bindings are idempotent).
-        self.topology.work.bindings = {binding(evolution_exchange(n), routing_key="#") for n in sorted(self.bound)}
+        self.topology.work.bindings = {binding(evolution_exchange(n), routing_key="#") for n in sorted(self.bound)}  # type: ignore[assignment]
         consumer = consumer_cls(queues=[self.topology.work], callbacks=[self.on_message], accept=None, prefetch_count=20)
         return [consumer]
 

@@ -57,7 +57,8 @@ def apply(event: IngestionEvent) -> str:
 
 def _effect(event: IngestionEvent) -> str:
     payload = event.payload if isinstance(event.payload, dict) else {}
-    data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
+    raw_data = payload.get("data")
+    data: dict[str, Any] = raw_data if isinstance(raw_data, dict) else {}
     instance = Instance.objects.filter(name=event.instance_name).first()
     if instance is None:
         return "unknown_instance"

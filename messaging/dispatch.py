@@ -77,7 +77,7 @@ def lane_depths(lanes: tuple[str, ...]) -> dict[str, int]:
     queues = {queue.name: queue for queue in app.conf.task_queues}
     depths: dict[str, int] = {}
     with app.pool.acquire(block=True) as conn:
-        channel = conn.default_channel
+        channel = conn.default_channel  # type: ignore[attr-defined]  # app.pool yields Connections
         for lane in lanes:
             bound = queues[lane](channel)
             bound.declare()
@@ -110,8 +110,8 @@ def paced(candidates: list[Candidate], slots: int) -> list[Candidate]:
 
 def release_lane(lane: str, slots: int, now: datetime) -> Release:
     if slots <= 0:
-        held = OutboxEntry.objects.filter(lane=lane, available_at__lte=now).exists()
-        return Release(0, int(held))
+        waiting = OutboxEntry.objects.filter(lane=lane, available_at__lte=now).exists()
+        return Release(0, int(waiting))
     candidates = round_robin_candidates(lane, now, slots)
     if not candidates:
         return Release()

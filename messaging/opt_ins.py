@@ -11,7 +11,7 @@ from .models import ApiKey, OptIn, Project
 
 def record(project: Project, phone: str, source: str, actor: ApiKey | None = None) -> OptIn:
     """Consent is idempotent: recording it again keeps the live row (and its first source)."""
-    existing = OptIn.objects.filter(project=project, phone=phone, revoked_at__isnull=True).first()
+    existing: OptIn | None = OptIn.objects.filter(project=project, phone=phone, revoked_at__isnull=True).first()
     if existing is not None:
         return existing
     try:
@@ -21,14 +21,15 @@ def record(project: Project, phone: str, source: str, actor: ApiKey | None = Non
             )
     except IntegrityError:
         # A concurrent request recorded it first (one_live_opt_in_per_phone).
-        return OptIn.objects.get(project=project, phone=phone, revoked_at__isnull=True)
+        winner: OptIn = OptIn.objects.get(project=project, phone=phone, revoked_at__isnull=True)
+        return winner
 
 
 def revoke(project: Project, raw_phone: str, actor: ApiKey | None = None) -> OptIn | None:
     phone = rules.normalize_phone(raw_phone if raw_phone.startswith("+") else "+" + raw_phone.strip())
     if phone is None:
         return None
-    opt_in = OptIn.objects.filter(project=project, phone=phone, revoked_at__isnull=True).first()
+    opt_in: OptIn | None = OptIn.objects.filter(project=project, phone=phone, revoked_at__isnull=True).first()
     if opt_in is None:
         return None
     OptIn.objects.filter(pk=opt_in.pk, revoked_at__isnull=True).update(

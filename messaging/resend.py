@@ -60,7 +60,10 @@ def _already(entry: DeadLetter) -> str:
 def _lock(dead_letter: DeadLetter) -> DeadLetter:
     # The row lock serialises two people acting on the same entry: the second waits, then sees
     # the first one's resolution and does nothing.
-    return DeadLetter.objects.select_for_update().select_related("message", "project").get(pk=dead_letter.pk)
+    locked: DeadLetter = DeadLetter.objects.select_for_update().select_related("message", "project").get(
+        pk=dead_letter.pk
+    )
+    return locked
 
 
 def _send_request(message: Message, deliver_until: datetime) -> SendRequest:

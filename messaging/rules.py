@@ -9,7 +9,7 @@ import re
 from datetime import datetime, timedelta
 
 import phonenumbers
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import Case, IntegerField, QuerySet, Value, When
 
 from .models import Category, ConnectionState, Environment, Instance, OptIn, Project
 
@@ -75,7 +75,7 @@ def has_live_opt_in(project: Project, phone: str) -> bool:
     return OptIn.objects.filter(project=project, phone=phone, revoked_at__isnull=True).exists()
 
 
-def _open_first(queryset):  # type: ignore[no-untyped-def]
+def _open_first(queryset: QuerySet[Instance]) -> QuerySet[Instance]:
     return queryset.annotate(
         _closed=Case(
             When(connection_state=ConnectionState.OPEN, then=Value(0)),

@@ -42,7 +42,7 @@ def _message(exc: exceptions.APIException) -> str:
     if isinstance(exc, exceptions.Throttled):
         return "Too many requests for this API key; retry after the Retry-After seconds."
     detail = exc.detail
-    return str(detail) if not isinstance(detail, (list, dict)) else exc.default_detail
+    return str(detail) if not isinstance(detail, (list, dict)) else str(exc.default_detail)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
@@ -76,9 +76,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         if isinstance(exc, exceptions.ValidationError):
             details = {"fields": exc.detail}
         headers: dict[str, str] = {}
-        if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
-            headers["Retry-After"] = str(int(max(1, exc.wait)))
-            details = {"retryAfter": int(max(1, exc.wait))}
+        wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
+        if wait is not None:
+            headers["Retry-After"] = str(int(max(1, wait)))
+            details = {"retryAfter": int(max(1, wait))}
         if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
             headers["WWW-Authenticate"] = "Bearer"
             status_code = 401
@@ -101,7 +102,7 @@ class ClientApiView(APIView):
 
     @property
     def project(self) -> Any:
-        return self.request.auth.project
+        return self.request.auth.project  # type: ignore[union-attr]  # HasProject guarantees an ApiKey
 
     @property
     def api_key(self) -> Any:

@@ -21,9 +21,11 @@ _exchange = Exchange("pilot_status", type="direct", durable=True)
 app.conf.task_queues = [Queue(name, _exchange, routing_key=name, durable=True) for name in LANES] + [
     Queue(MAINTENANCE_QUEUE, _exchange, routing_key=MAINTENANCE_QUEUE, durable=True)
 ]
-app.conf.task_default_queue = MAINTENANCE_QUEUE
-app.conf.task_default_exchange = "pilot_status"
-app.conf.task_default_routing_key = MAINTENANCE_QUEUE
+app.conf.update(
+    task_default_queue=MAINTENANCE_QUEUE,
+    task_default_exchange="pilot_status",
+    task_default_routing_key=MAINTENANCE_QUEUE,
+)
 # Send tasks are routed per message by the relay (lane_for); everything else is maintenance.
 app.conf.task_routes = {
     "messaging.reconcile_messages": {"queue": MAINTENANCE_QUEUE},

@@ -86,7 +86,12 @@ def count_message_event(sender: Any, instance: Any, created: bool, **kwargs: Any
         return
     if names:
         # Counted only if the status change really commits.
-        transaction.on_commit(lambda: [messages(name) for name in names])
+        transaction.on_commit(lambda: _count_all(names))
+
+
+def _count_all(names: list[str]) -> None:
+    for name in names:
+        messages(name)
 
 
 # ---- Prometheus text format ---------------------------------------------------------------

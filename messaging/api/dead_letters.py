@@ -122,7 +122,7 @@ class DeadLetterListView(ClientApiView):
 
 class _DeadLetterActionView(ClientApiView):
     def entry(self, dead_letter_id: int) -> DeadLetter:
-        entry = DeadLetter.objects.for_project(self.project).filter(pk=dead_letter_id).first()
+        entry: DeadLetter | None = DeadLetter.objects.for_project(self.project).filter(pk=dead_letter_id).first()
         if entry is None:
             raise exceptions.NotFound("No such dead letter.")
         return entry

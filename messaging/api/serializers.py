@@ -138,7 +138,8 @@ class SendMessageSerializer(StrictSerializer):
 
 class OptInSerializer(StrictSerializer):
     phone = PhoneField(max_length=32)
-    source = serializers.CharField(max_length=200)
+    # DRF's metaclass turns this into a declared field; the Field.source attribute is untouched.
+    source = serializers.CharField(max_length=200)  # type: ignore[assignment]
 
 
 class MessageListQuerySerializer(StrictSerializer):

@@ -223,7 +223,7 @@ def find_status_messages(instance: str, key_id: str) -> list[dict[str, Any]] | N
     if isinstance(body, list):
         return [row for row in body if isinstance(row, dict)]
     if isinstance(body, dict) and isinstance(body.get("records"), list):
-        return body["records"]
+        return [row for row in body["records"] if isinstance(row, dict)]
     return None
 
 
@@ -254,5 +254,6 @@ def find_sent_message(instance: str, to: str, text: str, since_epoch: float) -> 
         message = record.get("message") or {}
         sent_text = message.get("conversation") or (message.get("extendedTextMessage") or {}).get("text")
         if sent_text == text and int(record.get("messageTimestamp") or 0) >= int(since_epoch) - 1:
-            return record
+            found: dict[str, Any] = record
+            return found
     return None

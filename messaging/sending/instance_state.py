@@ -32,8 +32,8 @@ def _cached(name: str) -> tuple[str, float] | None:
     try:
         value = metrics.redis().get(_KEY.format(name))
     except Exception:
-        state, until, learnt = _local.get(name, ("", 0.0, 0.0))
-        return (state, learnt) if until > time.monotonic() else None
+        local_state, until, learnt_at = _local.get(name, ("", 0.0, 0.0))
+        return (local_state, learnt_at) if until > time.monotonic() else None
     if value is None:
         return None
     state, _, learnt = (value.decode() if isinstance(value, bytes) else value).partition("|")

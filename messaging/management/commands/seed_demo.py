@@ -32,7 +32,7 @@ class Command(BaseCommand):
         saved_path = state_dir / "demo.json"
         saved: dict[str, Any] = json.loads(saved_path.read_text()) if saved_path.exists() else {}
 
-        project = Project.objects.filter(pk=saved.get("project_id"), name=DEMO_NAME).first()
+        project = Project.objects.filter(pk=int(saved.get("project_id") or 0), name=DEMO_NAME).first()
         if project is None:
             created = operators.create_project(DEMO_NAME, DEMO_NUMBER, production_approved=True)
             project = Project.objects.get(pk=created["project_id"])
