@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     migrate()
 
     from . import machine, report
-    from .context import Context
+    from .context import DISTURBANCES, Context
     from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness
     from .world import Simulator
 
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"machine": machine.describe(), "sizes": sizes.__dict__, "smoke": args.smoke,
                                "stack": {"web_workers": args.web_workers, "worker_concurrency": args.worker_concurrency},
                                "scenarios": {}, "errors": {}}
+    # Stop the stack on SIGTERM/SIGINT too (a background job ignores SIGINT by default).
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     started = time.monotonic()
     print(f"bench: load before start {results['machine']['load_before']}; database {database_url.rsplit('/', 1)[1]}",
           flush=True)
@@ -93,11 +97,17 @@ def main(argv: list[str] | None = None) -> int:
             if name not in only:
                 continue
             print(f"bench: {name} …", flush=True)
+            for dead in stack.revive():
+                print(f"bench: {dead} had died; restarted it", flush=True)
+                results.setdefault("revived", []).append(f"{dead} before {name}")
             for attempt in (1, 2):
                 t = time.monotonic()
+                DISTURBANCES.clear()
                 try:
                     results["scenarios"][name] = plan[name]()
                     results["scenarios"][name]["elapsed_s"] = round(time.monotonic() - t, 1)
+                    if DISTURBANCES:
+                        results.setdefault("disturbed", {})[name] = list(DISTURBANCES)
                     results["errors"].pop(name, None)
                     break
                 except Exception:
@@ -110,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
                     connections.close_all()
                     time.sleep(3)
+                    for dead in stack.revive():
+                        results.setdefault("revived", []).append(f"{dead} during {name}")
         if sizes.profile_seconds > 0 and not args.no_profile:
             from . import profiling
 
@@ -125,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text(report.render(results))
     print(f"bench: done in {results['elapsed_s']} s; wrote {args.out} and {json_path}", flush=True)
     return 1 if results["errors"] else 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _baseline_rate(results: dict[str, Any], ctx: Any) -> float:

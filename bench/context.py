@@ -62,12 +62,26 @@ def purge_queues() -> None:
                 conn.connect()
 
 
+# Database errors seen while polling (Postgres restarted by someone else's test on a shared machine).
+# The figures of a scenario that saw any are marked as disturbed in the report.
+DISTURBANCES: list[str] = []
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.25) -> tuple[bool, Any]:
     """Poll until predicate() is truthy; (met, last value). Never raises on timeout: the bench reports it."""
+    from django.db import DatabaseError, connections
+
     deadline = time.monotonic() + timeout
     last = None
     while True:
-        last = predicate()
+        try:
+            last = predicate()
+        except DatabaseError as exc:
+            # Keep measuring through a database restart: the product must recover, and the
+            # report says the run was disturbed.
+            DISTURBANCES.append(f"{time.strftime('%H:%M:%S')} {exc.__class__.__name__}: {str(exc).strip()[:80]}")
+            connections.close_all()
+            last = None
         if last:
             return True, last
         if time.monotonic() >= deadline:

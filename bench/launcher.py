@@ -39,12 +39,13 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
-def wait_for_log(path: Path, needle: str, proc: subprocess.Popen[bytes], timeout: float = 45.0) -> None:
+def wait_for_log(path: Path, needle: str, proc: subprocess.Popen[bytes], timeout: float = 45.0, offset: int = 0) -> None:
+    """Wait for `needle` in the log after byte `offset` (logs are appended across restarts)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{path.name} exited with {proc.returncode}:\n{path.read_text(errors='replace')[-3000:]}")
-        if path.exists() and needle in path.read_text(errors="replace"):
+        if path.exists() and needle in path.read_bytes()[offset:].decode(errors="replace"):
             return
         time.sleep(0.1)
     raise TimeoutError(f"{path.name}: no {needle!r} after {timeout}s")
@@ -57,10 +58,13 @@ class Process:
     argv: list[str]
     env: dict[str, str]
     log: Path
+    ready_line: str | None = None  # what the process logs once it serves
     proc: subprocess.Popen[bytes] | None = None
+    offset: int = 0
 
     def start(self) -> Process:
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as handle:
             self.proc = subprocess.Popen(
                 self.argv, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
@@ -74,6 +78,11 @@ class Process:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self) -> None:
+        if self.ready_line is not None:
+            assert self.proc is not None
+            wait_for_log(self.log, self.ready_line, self.proc, offset=self.offset)
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -124,8 +133,8 @@ class BenchStack:
         self.env = env
         self.processes: dict[str, Process] = {}
 
-    def _process(self, name: str, kind: str, argv: list[str]) -> Process:
-        return Process(name, kind, argv, self.env, self.config.log_dir / f"{name}.log")
+    def _process(self, name: str, kind: str, argv: list[str], ready_line: str | None = None) -> Process:
+        return Process(name, kind, argv, self.env, self.config.log_dir / f"{name}.log", ready_line)
 
     def simulator(self) -> Process:
         argv = [
@@ -149,10 +158,10 @@ class BenchStack:
         )
 
     def relay(self) -> Process:
-        return self._process("relay", "relay", [sys.executable, "manage.py", "run_relay"])
+        return self._process("relay", "relay", [sys.executable, "manage.py", "run_relay"], "relay started")
 
     def consumer(self) -> Process:
-        return self._process("consumer", "consumer", [sys.executable, "manage.py", "run_consumer"])
+        return self._process("consumer", "consumer", [sys.executable, "manage.py", "run_consumer"], "Connected to amqp")
 
     def worker(self, lane: str) -> Process:
         return self._process(
@@ -160,6 +169,7 @@ class BenchStack:
             [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "-Q", lane, "-n", f"{lane}@bench",
              "-c", str(self.config.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair",
              "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", self.config.worker_log_level],
+            "ready.",
         )
 
     def start(self) -> None:
@@ -176,13 +186,8 @@ class BenchStack:
         web = self.processes["web"]
         assert web.proc is not None
         wait_for_port(self.web_port, web.proc)
-        for lane in LANES:
-            worker = self.processes[f"worker-{lane}"]
-            assert worker.proc is not None
-            wait_for_log(worker.log, "ready.", worker.proc)
-        consumer = self.processes["consumer"]
-        assert consumer.proc is not None
-        wait_for_log(consumer.log, "Connected to amqp", consumer.proc)
+        for process in self.processes.values():
+            process.wait_ready()
 
     def stop_process(self, name: str) -> None:
         self.processes[name].stop()
@@ -196,6 +201,14 @@ class BenchStack:
             wait_for_port(self.sim_port, process.proc)
         elif name == "web":
             wait_for_port(self.web_port, process.proc)
+        process.wait_ready()
+
+    def revive(self) -> list[str]:
+        """Start again any process that died (e.g. a service restart it did not survive); returns their names."""
+        dead = [name for name, process in self.processes.items() if not process.alive()]
+        for name in dead:
+            self.start_process(name)
+        return dead
 
     def stop(self) -> None:
         for process in reversed(list(self.processes.values())):

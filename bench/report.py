@@ -194,6 +194,11 @@ def render(results: dict[str, Any]) -> str:
         f"- Runs per figure: {results['sizes']['runs']} (B2: {results['sizes']['b2_runs']}, B5: "
         f"{results['sizes']['b5_runs']}, B4: 1); figures are the median with (min–max).",
     ]
+    for name, seen in results.get("disturbed", {}).items():
+        lines.append(f"- {name} was disturbed: the database dropped connections {len(seen)}× during it "
+                     f"(first: `{seen[0]}`); its figures include that recovery")
+    for item in results.get("revived", []):
+        lines.append(f"- A stack process had died and was restarted: {item}")
     for name, error in results.get("retried", {}).items():
         lines.append(f"- {name} was retried once after: `{error[:160]}`")
     if results.get("smoke"):
