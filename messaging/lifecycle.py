@@ -22,6 +22,18 @@ from .models import DeadLetter, EventKind, Message, Status
 message_sent = django.dispatch.Signal()
 
 
+def _compare_and_set(
+    message: Message, from_statuses: tuple[str, ...], lease_token: uuid.UUID | None, **fields: Any
+) -> bool:
+    """Change the row only if it is still in one of `from_statuses` (and, when a worker acts, still
+    under that worker's lease); every such move also ends the lease."""
+    rows = Message.objects.filter(pk=message.pk, status__in=from_statuses)
+    if lease_token is not None:
+        rows = rows.filter(lease_token=lease_token)
+    fields.setdefault("updated_at", timezone.now())
+    return bool(rows.update(lease_token=None, lease_expires_at=None, **fields))
+
+
 def fail(
     message: Message,
     reason: str,
@@ -34,17 +46,15 @@ def fail(
     """FAILED with a reason, a timeline entry and a dead letter, in one transaction."""
     now = timezone.now()
     with transaction.atomic():
-        rows = Message.objects.filter(pk=message.pk, status__in=from_statuses)
-        if lease_token is not None:
-            rows = rows.filter(lease_token=lease_token)
-        changed = rows.update(
+        changed = _compare_and_set(
+            message,
+            from_statuses,
+            lease_token,
             status=Status.FAILED,
             failure_reason=reason,
             failure_detail=detail[:2000],
             failed_at=now,
             updated_at=now,
-            lease_token=None,
-            lease_expires_at=None,
             last_gateway_response=response,
             **(extra_update or {}),
         )
@@ -74,27 +84,22 @@ def requeue(
     lease_token: uuid.UUID | None,
     available_at: datetime,
     kind: str,
-    consume_attempt: bool,
     detail: dict[str, Any],
     extra_update: dict[str, Any] | None = None,
 ) -> bool:
-    """SENDING → QUEUED with a due time: a retry (attempt used) or a wait (no attempt used)."""
-    now = timezone.now()
+    """SENDING → QUEUED with a due time: a retry (the caller counts the attempt in
+    `extra_update`) or a wait (no attempt used)."""
     with transaction.atomic():
-        rows = Message.objects.filter(pk=message.pk, status=Status.SENDING)
-        if lease_token is not None:
-            rows = rows.filter(lease_token=lease_token)
-        update: dict[str, Any] = {
-            "status": Status.QUEUED,
-            "next_attempt_at": available_at,
-            "lease_token": None,
-            "lease_expires_at": None,
+        changed = _compare_and_set(
+            message,
+            (Status.SENDING,),
+            lease_token,
+            status=Status.QUEUED,
+            next_attempt_at=available_at,
             # Not in the broker any more: the relay releases it again from the new outbox row.
-            "dispatched_at": None,
-            "updated_at": now,
+            dispatched_at=None,
             **(extra_update or {}),
-        }
-        changed = rows.update(**update)
+        )
         if not changed:
             return False
         message.refresh_from_db()
@@ -113,17 +118,15 @@ def mark_sent(
 ) -> bool:
     now = timezone.now()
     with transaction.atomic():
-        rows = Message.objects.filter(pk=message.pk, status=Status.SENDING)
-        if lease_token is not None:
-            rows = rows.filter(lease_token=lease_token)
-        changed = rows.update(
+        changed = _compare_and_set(
+            message,
+            (Status.SENDING,),
+            lease_token,
             status=Status.SENT,
             sent_at=now,
             updated_at=now,
             evolution_message_id=evolution_message_id,
             remote_jid=remote_jid,
-            lease_token=None,
-            lease_expires_at=None,
             last_gateway_response=attempt_detail,
             **(extra_update or {}),
         )

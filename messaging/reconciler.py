@@ -53,7 +53,6 @@ def recover_expired_leases(limit: int = BATCH) -> int:
             message.lease_token,
             now,
             EventKind.RECOVERED,
-            consume_attempt=False,
             detail={"why": "lease expired (worker died or hung)"},
             extra_update={"unconfirmed_attempt_at": message.lease_expires_at - timedelta(minutes=5)},
         ):

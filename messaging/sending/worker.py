@@ -74,7 +74,7 @@ def send_one(message_id: str) -> str:
     if isinstance(route, routing.Hold):
         metrics.messages(f"held:{route.why.replace(' ', '_')}:{message.lane}")
         lifecycle.requeue(
-            message, token, route.until, EventKind.WAITING, consume_attempt=False,
+            message, token, route.until, EventKind.WAITING,
             detail={"why": route.why, **route.detail},
         )
         return "held"
@@ -113,7 +113,7 @@ def _check_unconfirmed(message: Message, token: uuid.UUID) -> str | None:
             lifecycle.fail(message, FailureReason.EXPIRED, f"could not confirm the last attempt: {exc}", lease_token=token)
             return "expired"
         lifecycle.requeue(
-            message, token, retry_at, EventKind.WAITING, consume_attempt=False,
+            message, token, retry_at, EventKind.WAITING,
             detail={"why": "cannot confirm whether the last attempt was sent", "error": str(exc)[:300]},
         )
         return "waiting"
@@ -149,7 +149,7 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
         # With an open fallback the next claim re-routes at once; otherwise wait for a reconnect.
         wait = timedelta(0) if routing.has_fallback(message) else routing.DISCONNECTED_WAIT[message.lane]
         lifecycle.requeue(
-            message, token, min(now + wait, message.deliver_until), EventKind.WAITING, consume_attempt=False,
+            message, token, min(now + wait, message.deliver_until), EventKind.WAITING,
             detail={"why": routing.NOT_CONNECTED, "instance": instance.name, **record},
         )
         return "waiting"
@@ -158,7 +158,7 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
         report_misconfiguration(instance, outcome)
         lifecycle.requeue(
             message, token, min(now + MISCONFIGURED_WAIT, message.deliver_until), EventKind.WAITING,
-            consume_attempt=False, detail={"why": "gateway configuration fault", **record},
+            detail={"why": "gateway configuration fault", **record},
         )
         return "waiting"
 
@@ -189,7 +189,7 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
         )
         return "failed"
     lifecycle.requeue(
-        message, token, retry_at, EventKind.WAITING, consume_attempt=True,
+        message, token, retry_at, EventKind.WAITING,
         detail={"why": "retry after a transient failure", "attempt": attempts}, extra_update=extra,
     )
     return "retry"
