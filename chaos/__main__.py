@@ -57,6 +57,7 @@ def run_once_more_after_outside_restart(scenario: Any, ctx: Any) -> dict[str, An
         return scenario(ctx)
     except (OperationalError, OSError) as exc:
         print(f"chaos: a shared service went away under the run ({exc}); running the scenario once more", flush=True)
+        traceback.print_exc(limit=4)
         connection.close()
         time.sleep(5)
         result = scenario(ctx)

@@ -27,8 +27,9 @@ class Sizes:
     # R5: web restarted during a status-webhook storm
     r5_messages: int = 300
     r5_restarts: int = 3
-    # R6: gateway matrix, messages per case
+    # R6: gateway matrix, messages per case; 5xx answers in a row (each costs a backoff: 5 s, 15 s, 45 s)
     r6_per_case: int = 3
+    r6_burst: int = 3
     # R7: relay and consumer killed mid-batch
     r7_messages: int = 600
     r7_kills: int = 2
@@ -45,7 +46,7 @@ SMOKE = Sizes(
     r3_outage_s=3.0, r3_rate=3.0,
     r4_messages=120, r4_kills=2,
     r5_messages=30, r5_restarts=1,
-    r6_per_case=1,
+    r6_per_case=1, r6_burst=2,
     r7_messages=40, r7_kills=1,
     s1_examples=5,
     drain_s=120.0, senders=4,

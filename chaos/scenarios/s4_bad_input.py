@@ -160,8 +160,37 @@ def run(ctx: Context) -> dict[str, Any]:
          body={"event": "messages.update", "instance": a.instance.name, "data": {"keyId": "a\u0000", "status": "READ"}})
     call("webhook: not an event", "POST", "/api/internal/webhook", headers=webhook_auth, body={"hello": "world"})
 
+    rows.append(_poison_on_rabbitmq(ctx))
     bad = [r for r in rows if not r["ok"]]
-    server_errors = [r for r in rows if r["status"] >= 500 or r["status"] == 0]
+    server_errors = [r for r in rows if r["status"] >= 500 or (r["status"] == 0 and "RabbitMQ" not in r["call"])]
     figures = {"calls": len(rows), "as_expected": len(rows) - len(bad), "server_errors": len(server_errors),
                "unexpected": [f"{r['call']} → {r['status']} {r['code']!s:.60} (stored {r['stored']})" for r in bad]}
     return {"passed": not bad, "fault": FAULT, "must": MUST, "figures": figures, "notes": [], "calls": rows}
+
+
+def _poison_on_rabbitmq(ctx: Context) -> dict[str, Any]:
+    """Evolution publishes an event holding a NUL (user text can); the consumer must survive it and
+    keep ingesting: a later, ordinary event still arrives through RabbitMQ."""
+    import time
+
+    from ingestion.models import IngestionEvent
+
+    from ..context import wait_for
+
+    inst = ctx.world.a.instance
+    consumer = ctx.stack.processes["consumer"]
+    pid = consumer.proc.pid if consumer.alive() else None
+    ctx.sim.instance(inst.name, webhook={"enabled": False})  # RabbitMQ only
+    try:
+        ctx.sim.emit(inst.name, "messages.update", {"keyId": "3EB0NUL\u0000", "remoteJid": "5511960000000@s.whatsapp.net",
+                                                    "fromMe": True, "status": "READ"})
+        time.sleep(2)
+        marker = f"3EB0AFTER{int(time.time() * 1000)}"
+        ctx.sim.emit(inst.name, "messages.update", {"keyId": marker, "remoteJid": "5511960000000@s.whatsapp.net",
+                                                    "fromMe": True, "status": "READ"})
+        arrived, _ = wait_for(lambda: IngestionEvent.objects.filter(channel="RABBITMQ", key_id=marker).exists(), timeout=30)
+    finally:
+        ctx.sim.instance(inst.name, webhook={"enabled": True})
+    same = consumer.alive() and consumer.proc.pid == pid and ctx.stack.processes["consumer"] is consumer
+    return {"call": "RabbitMQ: event with a NUL, then an ordinary one", "status": 0 if not (same and arrived) else 200,
+            "code": f"consumer alive: {same}; next event ingested: {arrived}", "stored": 0, "ok": same and arrived}

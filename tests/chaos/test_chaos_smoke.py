@@ -1,0 +1,100 @@
+"""The fault and abuse harness (chaos/), one scenario of each kind on small sizes, on the real stack.
+
+`python -m chaos --smoke` starts its own stack (gunicorn, relay, consumer, lane workers, the
+simulator behind chaos' TCP proxy) on a database of its own, really stops Redis for a few seconds,
+really SIGKILLs a lane worker and web, drives the gateway matrix and the abuse rows, and writes a
+report. Each test below reads one row of that run. The full run is `make chaos` (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# service stop, SIGKILL, web restart, gateway, and every abuse row
+SUBSET = ("R1", "R4", "R5", "R6", "S1", "S2", "S3", "S4", "S5")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("chaos")
+    env = dict(os.environ)
+    env["CHAOS_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_chaos_smoke"
+    done = subprocess.run(
+        [sys.executable, "-m", "chaos", "--smoke", "--only", ",".join(SUBSET),
+         "--out", str(out / "reliability.md"), "--json", str(out / "results.json")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert (out / "results.json").exists(), done.stdout[-3000:] + done.stderr[-5000:]
+    results = json.loads((out / "results.json").read_text())
+    results["report"] = (out / "reliability.md").read_text()
+    results["output"] = done.stdout[-4000:] + done.stderr[-4000:]
+    return results
+
+
+def row(run: dict[str, Any], name: str) -> dict[str, Any]:
+    assert name not in run["errors"], run["errors"].get(name)
+    result = run["scenarios"][name]
+    assert result["passed"], json.dumps(result.get("figures"), indent=1, default=str) + "\n" + run["output"]
+    return result["figures"]
+
+
+def test_it_accepts_every_send_and_loses_none_while_redis_is_really_stopped(run):
+    figures = row(run, "R1")
+    assert figures["sends_while_redis_down"] > 0
+    assert figures["answers"] == {"202": figures["sends"]} and figures["lost"] == 0
+
+
+def test_it_loses_nothing_and_sends_at_most_once_per_kill_when_the_lane_worker_is_sigkilled(run):
+    figures = row(run, "R4")
+    assert figures["kills"] >= 1 and figures["lost"] == 0
+    assert figures["duplicate_sendtext_calls"] <= figures["kills"]
+
+
+def test_it_ends_every_message_in_its_true_status_when_web_dies_during_a_receipt_storm(run):
+    figures = row(run, "R5")
+    assert figures["web_restarts"] >= 1 and figures["ghost_statuses"] == 0
+
+
+def test_it_ends_every_gateway_fault_in_the_right_state_and_reason(run):
+    figures = row(run, "R6")
+    assert figures["right"] == figures["cases"] and figures["lost"] == 0
+
+
+def test_it_answers_every_generated_request_within_the_schema_without_server_errors(run):
+    figures = row(run, "S1")
+    assert figures["server_error_findings"] == 0 and figures["outside_schema_findings"] == 0
+
+
+def test_it_answers_404_to_another_tenant_on_every_route_and_changes_nothing(run):
+    figures = row(run, "S2")
+    assert figures["a_unchanged"] and not figures["unexpected"]
+
+
+def test_it_refuses_unauthenticated_and_forged_webhooks_with_401_and_stores_nothing(run):
+    figures = row(run, "S3")
+    assert figures["inbox_rows_added"] == 0 and not figures["unexpected"]
+
+
+def test_it_answers_bad_input_with_a_clear_4xx_json_error_and_stores_nothing(run):
+    figures = row(run, "S4")
+    assert figures["server_errors"] == 0 and not figures["unexpected"]
+
+
+def test_it_keeps_no_raw_key_or_token_in_the_database_or_the_logs(run):
+    figures = row(run, "S5")
+    assert figures["logs_searched"] > 0
+    assert not figures["tables_holding_a_secret"] and not figures["logs_holding_a_secret"]
+
+
+def test_it_writes_a_report_with_a_row_per_scenario(run):
+    for name in SUBSET:
+        assert f"| {name} |" in run["report"]
+    assert "## Findings" in run["report"]
