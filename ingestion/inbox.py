@@ -39,7 +39,37 @@ def dedup_key(payload: dict[str, Any]) -> str:
     if payload.get("event") in SNAPSHOT_EVENTS:
         identity["date_time"] = payload.get("date_time")
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    # surrogatepass: a lone surrogate (legal in JSON, not in UTF-8) must hash, not crash.
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def storable(value: Any) -> Any:
+    """A copy Postgres' jsonb accepts: NUL and lone surrogates replaced by U+FFFD.
+
+    Evolution relays user content (names, texts) that may hold either; refusing the event would
+    make Evolution retry it for ever and lose its effect. The dedup key is computed on the
+    original, so both channels still meet on the same key.
+    """
+    if isinstance(value, str):
+        cleaned = value.replace("\x00", "\ufffd")
+        try:
+            cleaned.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            cleaned = cleaned.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return cleaned
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    return value
+
+
+def _as_jsonb(payload: dict[str, Any]) -> str:
+    dumped = json.dumps(payload)
+    # Fast path: ASCII-escaped JSON shows NUL as \u0000 and any surrogate as \udXXX.
+    if "\\u0000" in dumped or "\\ud" in dumped:
+        dumped = json.dumps(storable(payload))
+    return dumped
 
 
 def key_id_of(payload: dict[str, Any]) -> str:
@@ -100,10 +130,10 @@ def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]
             [
                 key,
                 channel,
-                str(payload.get("event"))[:64],
-                str(payload.get("instance"))[:100],
-                key_id_of(payload)[:64],
-                json.dumps(stored),
+                storable(str(payload.get("event"))[:64]),
+                storable(str(payload.get("instance"))[:100]),
+                storable(key_id_of(payload)[:64]),
+                _as_jsonb(stored),
                 occurred_at_of(payload),
             ],
         )

@@ -61,3 +61,20 @@ def test_concurrent_records_of_one_event_store_one_row(transactional_db):
 
     assert sorted(results) == [False] * 7 + [True]
     assert IngestionEvent.objects.count() == 1
+
+
+def test_an_event_with_nul_or_lone_surrogates_is_stored_with_replacement_characters(db):
+    # Postgres' jsonb refuses both; refusing the event would make Evolution retry it for ever.
+    payload = sample("webhook.messages.upsert.inbound-text.json")
+    payload["data"]["pushName"] = "Ana\x00Maria"
+    payload["data"]["message"]["conversation"] = "oi \ud800 tudo bem"
+
+    event, created = inbox.record("WEBHOOK", payload)
+
+    assert created
+    stored = IngestionEvent.objects.get(pk=event.pk).payload
+    assert stored["data"]["pushName"] == "Ana\ufffdMaria"
+    assert stored["data"]["message"]["conversation"] == "oi \ufffd tudo bem"
+    # the key is the original's: the RabbitMQ copy of the same event meets this row
+    again, created_again = inbox.record("RABBITMQ", rabbit_copy(payload))
+    assert not created_again and again.pk == event.pk
