@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     from .stack import start_stack
 
     results: dict[str, Any] = {"sizes": sizes.__dict__, "smoke": args.smoke, "scenarios": {}, "errors": {},
-                               "database": database_url.rsplit("/", 1)[1], "log_dir": str(log_dir)}
+                               "database": database_url.rsplit("/", 1)[1], "log_dir": str(log_dir),
+                               "cpus": os.cpu_count(), "load_before": [round(x, 2) for x in os.getloadavg()]}
     started = time.monotonic()
     stack = sim = proxy = None
     try:
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if sim is not None:
             sim.stop()
     results["elapsed_s"] = round(time.monotonic() - started, 1)
+    results["load_after"] = [round(x, 2) for x in os.getloadavg()]
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(results, indent=2, default=str))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -64,8 +64,9 @@ def render(results: dict[str, Any]) -> str:
         shown = "; ".join(f"{k}: {_fmt(figs[k])}" for k in HEADLINE.get(name, ()) if k in figs)
         verdict = "pass" if r.get("passed") else "**FAIL**"
         lines.append(f"| {name} | {r.get('fault', '')} | {r.get('must', '')} | {shown} | {verdict} |")
-    lines += ["", f"Run: {results.get('elapsed_s')} s in all; database `{results.get('database')}`; stack logs in "
-              f"`{results.get('log_dir')}`.", "", "Sizes: `" + json.dumps(results.get("sizes", {})) + "` "
+    lines += ["", f"Run: {results.get('elapsed_s')} s in all on {results.get('cpus')} CPUs (load average before "
+              f"{results.get('load_before')}, after {results.get('load_after')}: other engineers' test runs share the "
+              f"machine and the servers); database `{results.get('database')}`; stack logs in `{results.get('log_dir')}`.", "", "Sizes: `" + json.dumps(results.get("sizes", {})) + "` "
               "(chaos/sizes.py; `--set name=value` or env `CHAOS_<NAME>`).", ""]
     lines += ["## Details", ""]
     for name in sorted(sc):

@@ -156,8 +156,7 @@ def run(ctx: Context) -> dict[str, Any]:
          headers=webhook_auth)
     call("webhook: 1 MB body", "POST", "/api/internal/webhook", headers=webhook_auth,
          body={"event": "messages.update", "instance": a.instance.name, "data": {"x": "y" * 1_000_000}})
-    call("webhook: NUL in data", "POST", "/api/internal/webhook", headers=webhook_auth,
-         body={"event": "messages.update", "instance": a.instance.name, "data": {"keyId": "a\u0000", "status": "READ"}})
+    rows.append(_nul_webhook(ctx, webhook_auth))
     call("webhook: not an event", "POST", "/api/internal/webhook", headers=webhook_auth, body={"hello": "world"})
 
     rows.append(_poison_on_rabbitmq(ctx))
@@ -189,8 +188,27 @@ def _poison_on_rabbitmq(ctx: Context) -> dict[str, Any]:
         ctx.sim.emit(inst.name, "messages.update", {"keyId": marker, "remoteJid": "5511960000000@s.whatsapp.net",
                                                     "fromMe": True, "status": "READ"})
         arrived, _ = wait_for(lambda: IngestionEvent.objects.filter(channel="RABBITMQ", key_id=marker).exists(), timeout=30)
+        # The NUL event itself is stored too (the inbox replaces the NUL), not parked.
+        poison_stored = IngestionEvent.objects.filter(key_id__startswith="3EB0NUL", channel="RABBITMQ").exists()
     finally:
         ctx.sim.instance(inst.name, webhook={"enabled": True})
     same = consumer.alive() and consumer.proc.pid == pid and ctx.stack.processes["consumer"] is consumer
-    return {"call": "RabbitMQ: event with a NUL, then an ordinary one", "status": 0 if not (same and arrived) else 200,
-            "code": f"consumer alive: {same}; next event ingested: {arrived}", "stored": 0, "ok": same and arrived}
+    ok = same and arrived and poison_stored
+    return {"call": "RabbitMQ: event with a NUL, then an ordinary one", "status": 200 if ok else 0,
+            "code": f"consumer alive: {same}; NUL event stored: {poison_stored}; next event ingested: {arrived}",
+            "stored": 0, "ok": ok}
+
+
+def _nul_webhook(ctx: Context, headers: dict[str, str]) -> dict[str, Any]:
+    """A genuine event whose content holds a NUL (user text can): not bad input, it must be stored
+    (the inbox replaces the NUL), not refused for ever with a retryable 503."""
+    from ingestion.models import IngestionEvent
+
+    a = ctx.world.a.instance
+    before = IngestionEvent.objects.filter(instance_name=a.name).count()
+    r = requests.post(ctx.stack.webhook_url, headers=headers, timeout=30,
+                      json={"event": "messages.update", "instance": a.name,
+                            "data": {"keyId": "3EB0NULWEBHOOK\u0000", "status": "READ"}})
+    stored = IngestionEvent.objects.filter(instance_name=a.name).count() - before
+    return {"call": "webhook: genuine event with a NUL in data (must be stored)", "status": r.status_code,
+            "code": f"inbox rows added: {stored}", "stored": stored, "ok": r.status_code == 200 and stored == 1}
