@@ -34,7 +34,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="the Markdown report")
     p.add_argument("--json", default=None, help="raw results (default: artifacts/bench/results.json)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the scenarios (and profiles) of the previous results JSON that this run does not redo")
     p.add_argument("--web-workers", type=int, default=int(os.environ.get("BENCH_WEB_WORKERS", "4")))
+    p.add_argument("--web-args", default=os.environ.get("BENCH_WEB_ARGS", ""),
+                   help='extra gunicorn flags, e.g. "--worker-class gthread --threads 4"')
     p.add_argument("--worker-concurrency", type=int, default=int(os.environ.get("BENCH_WORKER_CONCURRENCY", "2")))
     return p.parse_args(argv)
 
@@ -59,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .world import bench_database_url, build_world, ensure_database, migrate
 
+    previous = json.loads(json_path.read_text()) if args.keep and json_path.exists() else None
     database_url = bench_database_url()
     ensure_database(database_url)
     setup_django(database_url)
@@ -71,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
 
     world = build_world(fleet=sizes.fleet)
     stack = BenchStack(StackConfig(database_url, web_workers=args.web_workers,
-                                   worker_concurrency=args.worker_concurrency, log_dir=log_dir))
+                                   worker_concurrency=args.worker_concurrency, log_dir=log_dir,
+                                   web_args=args.web_args.split()))
     results: dict[str, Any] = {"machine": machine.describe(), "sizes": sizes.__dict__, "smoke": args.smoke,
-                               "stack": {"web_workers": args.web_workers, "worker_concurrency": args.worker_concurrency},
+                               "stack": {"web_workers": args.web_workers, "worker_concurrency": args.worker_concurrency,
+                                         "web_args": args.web_args},
                                "scenarios": {}, "errors": {}}
     # Stop the stack on SIGTERM/SIGINT too (a background job ignores SIGINT by default).
     signal.signal(signal.SIGTERM, _interrupt)
@@ -122,21 +129,45 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(3)
                     for dead in stack.revive():
                         results.setdefault("revived", []).append(f"{dead} during {name}")
+            _save(results, json_path)
         if sizes.profile_seconds > 0 and not args.no_profile:
             from . import profiling
 
             print("bench: profiles …", flush=True)
-            results["profiles"] = profiling.run(ctx)
+            try:
+                results["profiles"] = profiling.run(ctx)
+            except Exception:
+                results["errors"]["profiles"] = traceback.format_exc()
+                print(results["errors"]["profiles"], file=sys.stderr, flush=True)
     finally:
         stack.stop()
     results["elapsed_s"] = round(time.monotonic() - started, 1)
+    if previous is not None:
+        _keep_previous(results, previous)
     results["machine"]["load_after"] = machine.load()
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(results, indent=2, default=str))
+    _save(results, json_path)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(report.render(results))
     print(f"bench: done in {results['elapsed_s']} s; wrote {args.out} and {json_path}", flush=True)
     return 1 if results["errors"] else 0
+
+
+def _save(results: dict[str, Any], path: Path) -> None:
+    """Written after every scenario too, so a crash late in the run keeps what was measured."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, default=str))
+
+
+def _keep_previous(results: dict[str, Any], previous: dict[str, Any]) -> None:
+    """Fill in what this run did not measure from the previous run, saying so in the report."""
+    when = previous.get("machine", {}).get("date", "?")
+    for name, figures in previous.get("scenarios", {}).items():
+        if name not in results["scenarios"] and name not in results["errors"]:
+            results["scenarios"][name] = figures
+            results.setdefault("kept", {})[name] = when
+    if "profiles" not in results and previous.get("profiles"):
+        results["profiles"] = previous["profiles"]
+        results.setdefault("kept", {})["profiles"] = when
 
 
 def _interrupt(signum: int, frame: Any) -> None:

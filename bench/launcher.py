@@ -101,6 +101,7 @@ class StackConfig:
     web_workers: int = 4
     worker_concurrency: int = 2
     worker_log_level: str = "info"
+    web_args: list[str] = field(default_factory=list)  # extra gunicorn flags, e.g. a worker class to compare
     log_dir: Path = ROOT / "artifacts" / "bench-logs"
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -154,7 +155,7 @@ class BenchStack:
             [sys.executable, "-m", "gunicorn", "pilot_status.wsgi:application", "-b", f"127.0.0.1:{self.web_port}",
              # As in the Procfile (keep-alive, access log), so the figures are the deployed server's.
              "-w", str(self.config.web_workers), "--timeout", "30", "--graceful-timeout", "5", "--keep-alive", "5",
-             "--access-logfile", "-"],
+             "--access-logfile", "-", *self.config.web_args],
         )
 
     def relay(self) -> Process:
