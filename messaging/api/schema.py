@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
@@ -98,7 +99,7 @@ InstanceList = inline_serializer(
     },
 )
 OptIn = inline_serializer(
-    "OptIn",
+    "OptInRecord",
     {
         "phone": serializers.CharField(),
         "source": serializers.CharField(),
@@ -127,3 +128,17 @@ def responses(ok_status: int, ok_body: Any, *error_statuses: int) -> dict[int, A
     for code in error_statuses:
         result[code] = OpenApiResponse(ErrorBody, description=f"error.code: {ERROR_CODES[code]}")
     return result
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """Documents `Authorization: Bearer ps_test_…|ps_live_…` as the API's security scheme."""
+
+    target_class = "messaging.api.authentication.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A project's API key: ps_test_… (TEST) or ps_live_… (LIVE).",
+        }

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .. import rules
@@ -55,6 +56,15 @@ def storable(value: Any, path: str = "") -> str | None:
     return None
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "description": "International number: + and country code (E.164); spaces, dashes, dots and "
+        "parentheses are ignored. Stored and returned as E.164.",
+        "pattern": r"^\+[0-9 ().-]{7,31}$",
+        "example": "+5511999990000",
+    }
+)
 class PhoneField(serializers.CharField):
     default_error_messages = {
         "invalid_phone": "Not a valid phone number in international E.164 format (e.g. +5511999990000)."
