@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class Sent:
     to: str = ""
     text: str = ""
     at: float = 0.0  # time.monotonic() when the answer came
+    tries: int = 1  # >1: an earlier try got no answer (timeout, reset) and was retried with the same key
 
     @property
     def id(self) -> str | None:
@@ -103,20 +105,28 @@ class Context:
         return s
 
     def send(self, to: str, text: str, category: str = "UTILITY", instance: str | None = None,
-             key: str | None = None, timeout: float = 15.0) -> Sent:
+             key: str | None = None, timeout: float = 15.0, tries: int = 3) -> Sent:
+        """POST a send as a careful client does: with an Idempotency-Key, retried with the same key
+        when no answer came back (a timeout under load, web killed mid-request)."""
         body: dict[str, Any] = {"to": to, "category": category, "text": text}
         if instance:
             body["instance"] = instance
-        try:
-            r = self.session().post(f"{self.stack.web_url}/v1/messages/send", json=body, timeout=timeout,
-                                    headers={"Authorization": f"Bearer {key or self.world.a.live_key}"})
-        except requests.RequestException as exc:
-            return Sent(0, {"exception": type(exc).__name__}, to, text, time.monotonic())
-        try:
-            payload = r.json()
-        except ValueError:
-            payload = {"raw": r.text[:200]}
-        return Sent(r.status_code, payload, to, text, time.monotonic())
+        headers = {"Authorization": f"Bearer {key or self.world.a.live_key}", "Idempotency-Key": uuid.uuid4().hex}
+        for attempt in range(1, tries + 1):
+            try:
+                r = self.session().post(f"{self.stack.web_url}/v1/messages/send", json=body, timeout=timeout,
+                                        headers=headers)
+            except requests.RequestException as exc:
+                if attempt == tries:
+                    return Sent(0, {"exception": type(exc).__name__}, to, text, time.monotonic(), attempt)
+                time.sleep(1.0)
+                continue
+            try:
+                payload = r.json()
+            except ValueError:
+                payload = {"raw": r.text[:200]}
+            return Sent(r.status_code, payload, to, text, time.monotonic(), attempt)
+        raise AssertionError("unreachable")
 
     def send_many(self, n: int, tag: str, instances: list[Any] | None = None, category: str = "UTILITY") -> list[Sent]:
         """n sends spread over recipients and instances, posted by `sizes.senders` threads."""

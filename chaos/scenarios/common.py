@@ -10,7 +10,13 @@ from ..context import Sent
 
 
 def answers(sent: list[Sent]) -> dict[str, int]:
-    return dict(Counter(str(s.status) for s in sent))
+    """Final answers by status; `retried` counts sends that needed a retry (same Idempotency-Key)
+    because an earlier try got no answer at all."""
+    counts = dict(Counter(str(s.status) for s in sent))
+    retried = sum(1 for s in sent if s.tries > 1)
+    if retried:
+        counts["retried"] = retried
+    return counts
 
 
 def accepted_ids(sent: list[Sent]) -> list[str]:
