@@ -34,6 +34,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="the Markdown report")
     p.add_argument("--json", default=None, help="raw results (default: artifacts/bench/results.json)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
+    p.add_argument("--report-only", action="store_true", help="only render --out from the results JSON")
     p.add_argument("--keep", action="store_true",
                    help="keep the scenarios (and profiles) of the previous results JSON that this run does not redo")
     p.add_argument("--web-workers", type=int, default=int(os.environ.get("BENCH_WEB_WORKERS", "4")))
@@ -63,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from .world import bench_database_url, build_world, ensure_database, migrate
 
+    if args.report_only:
+        from . import report
+
+        Path(args.out).write_text(report.render(json.loads(json_path.read_text())))
+        print(f"bench: wrote {args.out} from {json_path}")
+        return 0
     previous = json.loads(json_path.read_text()) if args.keep and json_path.exists() else None
     database_url = bench_database_url()
     ensure_database(database_url)

@@ -77,6 +77,9 @@ def _summary(results: dict[str, Any]) -> list[str]:
         rows.append(f"| M | peak RSS during B2: worker {num(rss.get('worker'))} MB, web {num(rss.get('web'))} MB, "
                     f"relay {num(rss.get('relay'))} MB, consumer {num(rss.get('consumer'))} MB, simulator "
                     f"{num(rss.get('simulator'))} MB | – | – | worker ≤ 150 MB, web ≤ 120 MB | {status(b2['rss_met'])} |")
+    for name in ("B1", "B2", "B3", "B4", "B5", "B6"):
+        if name not in sc and name not in results["errors"]:
+            rows.append(f"| {name} | not measured in this run | | | | **not measured** |")
     for name, error in results["errors"].items():
         if name == "profiles":
             continue
@@ -192,7 +195,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"- Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}",
         f"- Date: {m['date']}; commit `{m['commit']}`{' (with uncommitted changes)' if m['dirty'] else ''}",
-        f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run {num(results['elapsed_s'])} s",
+        f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run {num(results.get('elapsed_s'))} s",
         f"- Runs per figure: {results['sizes']['runs']} (B2: {results['sizes']['b2_runs']}, B5: "
         f"{results['sizes']['b5_runs']}, B4: 1); figures are the median with (min–max).",
     ]
