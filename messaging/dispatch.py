@@ -3,9 +3,9 @@
 `release_due` is one unit of work. Per lane it:
 - keeps the lane's broker queue shallow: at most `RELAY_LANE_DEPTH` ready tasks, so that what is
   released next is decided here, in Postgres, where it can still be fair;
-- picks due rows round-robin by (project, instance): row 1 of every project, then row 2 of every
-  project, … so one project's 100,000-message blast takes its turn like everyone else (urgent
-  rows first within a turn);
+- picks due rows round-robin by project: row 1 of every project, then row 2 of every project, …
+  so one project's 100,000-message blast (over however many instances) takes its turn like
+  everyone else (urgent rows first within a turn);
 - paces each instance with a token bucket (`sending.pacing`), so a backlog released by a
   reconnect or the end of an outage reaches Evolution at the instance's rate cap;
 - claims the chosen rows with SKIP LOCKED (several relays may run), publishes one task per row
@@ -41,7 +41,9 @@ _ROUND_ROBIN = """
 WITH due AS (
     SELECT o.id, o.message_id, o.priority, o.available_at, o.project_id_copy, m.instance_id,
            i.send_rate_per_second,
-           ROW_NUMBER() OVER (PARTITION BY o.project_id_copy, m.instance_id
+           -- Turns are per project, not per (project, instance): a blast spread over many
+           -- instances must not get one turn per instance and starve a project with one.
+           ROW_NUMBER() OVER (PARTITION BY o.project_id_copy
                               ORDER BY o.priority DESC, o.available_at, o.id) AS turn
     FROM messaging_outboxentry o
     JOIN messaging_message m ON m.id = o.message_id

@@ -69,6 +69,32 @@ def test_a_blast_does_not_bury_another_projects_marketing(empty_lanes, fast_inst
     assert released_projects(dispatched_ids()) == {"Carol Bank": 5, "Alice Store": 15}
 
 
+def test_a_blast_spread_over_many_instances_does_not_starve_another_project(
+    empty_lanes, fast_instances, settings, alice, carol
+):
+    # given: alice's blast goes through 30 instances, carol's few messages through one
+    settings.RELAY_LANE_DEPTH = 8
+    names = [f"alice-{n}" for n in range(30)]
+    for name in names:
+        add_instance(alice.project, name)
+    add_instance(carol.project, "carol-main")
+    from messaging import opt_ins
+
+    opt_ins.record(alice.project, alice.project.test_number, "form")
+    for i in range(300):
+        accept_message(
+            alice.project, None, Environment.LIVE,
+            SendRequest(alice.project.test_number, "MARKETING", f"hi {i}", instance=names[i % 30]),
+        )
+    queue(carol, "MARKETING", 5)
+
+    # when: one pass with only a few free slots
+    dispatch.release_due()
+
+    # then: carol takes turns with alice instead of waiting behind all 30 of alice's instances
+    assert released_projects(dispatched_ids())["Carol Bank"] >= 1
+
+
 def test_each_lane_queue_stays_shallow(empty_lanes, fast_instances, settings, alice):
     settings.RELAY_LANE_DEPTH = 10
     add_instance(alice.project, "alice-main")
