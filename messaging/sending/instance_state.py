@@ -40,8 +40,8 @@ def _cached(name: str) -> tuple[str, float] | None:
     return state, float(learnt or 0)
 
 
-def remember(name: str, state: str) -> None:
-    ttl = settings.INSTANCE_STATE_CACHE_SECONDS
+def remember(name: str, state: str, ttl: float | None = None) -> None:
+    ttl = ttl or settings.INSTANCE_STATE_CACHE_SECONDS
     _local[name] = (state, time.monotonic() + ttl, time.time())
     try:
         metrics.redis().set(_KEY.format(name), f"{state}|{time.time()!r}", px=max(1, int(ttl * 1000)))

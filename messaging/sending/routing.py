@@ -106,11 +106,8 @@ def has_fallback(message: Message) -> bool:
     """Whether a re-route is possible right now (used to retry a disconnected send at once)."""
     if message.requested_instance:
         return False
-    opted_in = rules.has_live_opt_in(message.project, message.to)
-    return any(
-        not breaker.is_open(breaker.instance_scope(c.name))
-        for c in rules.fallback_instances(message.project, message.category, opted_in, exclude=[message.instance_id])
-    )
+    # The same test the next claim will apply: an instance also known to be down is no fallback.
+    return _fallback(message, message.instance) is not None
 
 
 def reroute(message: Message, token: uuid.UUID, target: Instance, why: str) -> bool:

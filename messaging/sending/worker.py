@@ -144,8 +144,13 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
         return "sent"
 
     if outcome.kind == gateway.DISCONNECTED:
-        instance_state.remember(instance.name, "close")
+        # A Connection Closed answer is fresher evidence than connectionState, which can still
+        # say `open` over a dead socket: believe it for the lane's whole smart wait, or every
+        # waiting message would be sent again (and refused) each time the short cache expires.
+        wait_seconds = routing.DISCONNECTED_WAIT[message.lane].total_seconds()
         instance_state.sync(instance, "close")
+        # After sync: the cache must be at least as new as the row's state change to count.
+        instance_state.remember(instance.name, "close", ttl=max(settings.INSTANCE_STATE_CACHE_SECONDS, wait_seconds))
         # With an open fallback the next claim re-routes at once; otherwise wait for a reconnect.
         wait = timedelta(0) if routing.has_fallback(message) else routing.DISCONNECTED_WAIT[message.lane]
         lifecycle.requeue(

@@ -106,6 +106,9 @@ def test_a_reconnect_releases_the_backlog_at_the_instance_pace(stack, simulator,
     for i in range(len(stamps)):
         for j in range(i + burst, len(stamps)):
             assert stamps[j] - stamps[i] >= (j - i - burst) / rate - 0.05, (i, j, stamps)
+    # The simulator records a send before the worker commits it: wait for the last commits.
+    wait_until(lambda: not Message.objects.filter(pk__in=ids, status__in=["QUEUED", "SENDING"]).exists(),
+               timeout=30, message="every send recorded")
     for message in Message.objects.filter(pk__in=ids):
         assert message.attempts == 1
 

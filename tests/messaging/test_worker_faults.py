@@ -199,3 +199,29 @@ def test_sending_goes_on_when_redis_is_unreachable(simulator, alice, alice_insta
     finally:
         breaker.reset_local()
     assert len(sends_ok(simulator, alice_instance.name)) == 1
+
+
+def test_a_connection_closed_answer_is_believed_over_a_stale_open_state(simulator, alice, alice_instance):
+    # given: Evolution's connectionState still says open, but sendText answers Connection Closed
+    open_on_simulator(
+        simulator, alice_instance,
+        error_rate=1.0, error_status=500,
+        error_body={"status": 500, "error": "Internal Server Error", "response": {"message": "Connection Closed"}},
+    )
+    message = send(alice)
+    assert worker.send_one(str(message.pk)) == "waiting"
+
+    # when: the message is claimed again after the short state cache would have expired
+    from messaging.sending import instance_state
+
+    instance_state._local.clear()
+    from pilot_status import metrics
+
+    for key in metrics.redis().scan_iter(match="ps:instance-state:*"):
+        ttl = metrics.redis().pttl(key)
+        assert ttl > 3000  # held for the smart wait, not the 3 s cache
+    make_due(message)
+
+    # then: it is held without asking Evolution again
+    assert worker.send_one(str(message.pk)) == "held"
+    assert len(simulator.sends(instance=alice_instance.name)) == 1
