@@ -149,6 +149,11 @@ DATABASES = {
 DATABASES["default"].setdefault("OPTIONS", {})
 # A dead database must fail fast (the API answers 503) instead of hanging a worker.
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", envint("DATABASE_CONNECT_TIMEOUT", 3))
+# Optional: give up on a lock after this many ms instead of queueing behind it (0 = wait). Every
+# background step here retries, so failing fast beats piling up behind a long DDL or TRUNCATE.
+_LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
+if _LOCK_TIMEOUT_MS:
+    DATABASES["default"]["OPTIONS"]["options"] = f"-c lock_timeout={_LOCK_TIMEOUT_MS}"
 DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "test_pilot_status")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

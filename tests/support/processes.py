@@ -127,6 +127,9 @@ class Stack:
                 "PORT": str(self.port),
                 "INTERNAL_WEBHOOK_URL": self.webhook_url,
                 "RELAY_POLL_SECONDS": "0.5",
+                # The test process TRUNCATEs between tests while these processes run: they must be
+                # the ones to give up on a lock (and retry), never the flush (a deadlock otherwise).
+                "DATABASE_LOCK_TIMEOUT_MS": "300",
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -186,11 +189,17 @@ class Stack:
             wait_for_log(process.log, "Connected to amqp", proc=self.processes[name].proc, start_at=offset)
 
     def wait_until_quiet(self, timeout: float = 10.0) -> None:
-        """Until nothing is due in the outbox and no message is being sent (best effort)."""
+        """Stop feeding work (outbox emptied, lane queues purged), then wait until no message is
+        being sent (best effort): a test may end with a backlog still draining."""
         from django.utils import timezone
 
         from messaging.models import Message, OutboxEntry
 
+        try:
+            OutboxEntry.objects.all().delete()
+        except Exception:
+            return
+        self.purge_queues()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
