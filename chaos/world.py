@@ -106,18 +106,7 @@ def build_world(recipients: int = 200) -> World:
 
 
 def empty_tables(tries: int = 10) -> None:
-    """TRUNCATE the scenario tables; a worker may still hold row locks, so retry."""
-    import time
+    """TRUNCATE the scenario tables (the shared helper retries while the stack holds locks)."""
+    from tests.support.database import truncate_with_retry
 
-    from django.db import OperationalError, connection, transaction
-
-    for attempt in range(tries):
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout = '3s'")
-                cursor.execute(f"TRUNCATE {', '.join(SCENARIO_TABLES)} RESTART IDENTITY CASCADE")
-            return
-        except OperationalError:
-            if attempt == tries - 1:
-                raise
-            time.sleep(0.5)
+    truncate_with_retry(SCENARIO_TABLES, tries)

@@ -1,0 +1,27 @@
+"""Emptying tables while a running stack may still hold locks on them (bench and chaos harnesses)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+
+def truncate_with_retry(tables: Iterable[str], tries: int = 10) -> None:
+    """TRUNCATE `tables`; a worker or the relay may still hold row locks, so wait briefly and retry.
+
+    A lost connection (Postgres restarted under us) is closed so the next try gets a fresh one.
+    """
+    from django.db import OperationalError, connection, transaction
+
+    statement = f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"
+    for attempt in range(tries):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '3s'")
+                cursor.execute(statement)
+            return
+        except OperationalError:
+            if attempt == tries - 1:
+                raise
+            connection.close()
+            time.sleep(0.5)
