@@ -1,10 +1,21 @@
-"""Bearer API keys: `ps_test_…` / `ps_live_…`, looked up by hash (contract §1)."""
+"""Bearer API keys: `ps_test_…` / `ps_live_…`, looked up by hash (contract §1).
+
+Each web process keeps the keys it has seen (with their project) for KEY_CACHE_SECONDS, so a
+burst of requests with one key costs one SELECT, not one per request (issue 7, benchmark B1).
+The trade-off: a key revoked by another process (the `revoke_key` command, admin in another web
+worker) keeps working for at most KEY_CACHE_SECONDS in a process that had it cached, and a
+project's `production_approved` / `test_number` change takes as long to apply. Unknown and
+revoked keys are never cached: they are looked up every time. `forget_keys()` empties the cache
+of the current process.
+"""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
@@ -14,6 +25,32 @@ from ..models import ApiKey, hash_secret
 # Writing last_used_at on every request would double the writes of a send; once a minute is
 # precise enough for "is this key still used?".
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Default of settings.API_KEY_CACHE_SECONDS; 0 turns the cache off.
+KEY_CACHE_SECONDS = 5.0
+_CACHE_LIMIT = 10_000
+
+# key hash → (monotonic time it was read, the key with its project)
+_keys: dict[str, tuple[float, ApiKey]] = {}
+
+
+def forget_keys() -> None:
+    """Drop every cached key of this process (the next request reads them again)."""
+    _keys.clear()
+
+
+def _cached(key_hash: str, now: float) -> ApiKey | None:
+    ttl = float(getattr(settings, "API_KEY_CACHE_SECONDS", KEY_CACHE_SECONDS))
+    hit = _keys.get(key_hash)
+    if hit is not None and now - hit[0] < ttl:
+        return hit[1]
+    key = ApiKey.objects.select_related("project").filter(key_hash=key_hash).first()
+    if key is None or not key.is_active or ttl <= 0:
+        _keys.pop(key_hash, None)
+        return key
+    if len(_keys) >= _CACHE_LIMIT:
+        _keys.clear()
+    _keys[key_hash] = (now, key)
+    return key
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -27,12 +64,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         raw = raw.strip()
         if scheme != self.keyword or not raw.startswith(("ps_test_", "ps_live_")):
             raise exceptions.AuthenticationFailed("Malformed API key: expected 'Bearer ps_test_…' or 'Bearer ps_live_…'.")
-        key = ApiKey.objects.select_related("project").filter(key_hash=hash_secret(raw)).first()
+        key = _cached(hash_secret(raw), time.monotonic())
         if key is None or not key.is_active:
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
         now = timezone.now()
         if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+            key.last_used_at = now
         return (None, key)
 
     def authenticate_header(self, request: Request) -> str:

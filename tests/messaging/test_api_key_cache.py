@@ -1,0 +1,56 @@
+"""API keys are cached per process for a few seconds (issue 7, B1), never when unknown or revoked."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from messaging.api import authentication
+from messaging.models import ApiKey
+
+
+@pytest.fixture(autouse=True)
+def _fresh_key_cache():
+    authentication.forget_keys()
+    yield
+    authentication.forget_keys()
+
+
+def _get(actor):
+    return actor.client().get("/v1/messages").status_code
+
+
+def test_a_key_is_read_once_per_cache_period(alice):
+    assert _get(alice) == 200
+    with CaptureQueriesContext(connection) as queries:
+        assert _get(alice) == 200
+    assert not any("messaging_apikey" in q["sql"] for q in queries)
+
+
+def test_a_revoked_key_stops_working_when_its_cache_entry_expires(alice, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(authentication.time, "monotonic", lambda: clock[0])
+    assert _get(alice) == 200
+    ApiKey.objects.get(project=alice.project, environment="LIVE").revoke()
+
+    clock[0] += authentication.KEY_CACHE_SECONDS - 0.5
+    assert _get(alice) == 200  # the documented trade-off: at most KEY_CACHE_SECONDS late
+    clock[0] += 1
+    assert _get(alice) == 401
+    clock[0] += 60
+    assert _get(alice) == 401  # revoked keys are never cached
+
+
+def test_forgetting_the_keys_applies_a_revocation_at_once(alice):
+    assert _get(alice) == 200
+    ApiKey.objects.get(project=alice.project, environment="LIVE").revoke()
+    authentication.forget_keys()
+    assert _get(alice) == 401
+
+
+def test_the_cache_can_be_turned_off(alice, settings):
+    settings.API_KEY_CACHE_SECONDS = 0
+    assert _get(alice) == 200
+    ApiKey.objects.get(project=alice.project, environment="LIVE").revoke()
+    assert _get(alice) == 401
