@@ -1,8 +1,14 @@
-"""The one way in for a message: check the funnel, then one transaction (design.md §1).
+"""The one way in for a message: check the funnel, then one atomic write (design.md §1).
 
-The transaction writes the message, its first timeline event, its outbox entry and (when asked)
-the idempotent answer, then NOTIFYs the relay. No broker, Redis or HTTP call sits on this path, so
+The write stores the message, its first timeline event, its outbox entry and (when asked) the
+idempotent answer, and NOTIFYs the relay. No broker, Redis or HTTP call sits on this path, so
 accepting keeps working while they are down.
+
+Accepting is the API's hot path (issue 7, docs/benchmarks.md B1), so it costs two database round
+trips: one SELECT reads everything the funnel needs (the stored Idempotency-Key answer, the
+opt-in, the candidate instances), and one statement writes every row (data-modifying CTEs; a
+single statement is atomic by itself, so no BEGIN/COMMIT either). The decisions between the two
+stay plain functions in `rules`.
 """
 
 from __future__ import annotations
@@ -12,12 +18,26 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
+from django.db.models import Model
+from django.db.models.fields import AutoFieldMixin
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from . import rules
 from .errors import Rejected
-from .models import ApiKey, EventKind, IdempotencyRecord, Message, OutboxEntry, Priority, Project
+from .models import (
+    ApiKey,
+    EventKind,
+    IdempotencyRecord,
+    Instance,
+    Message,
+    MessageEvent,
+    OptIn,
+    OutboxEntry,
+    Priority,
+    Project,
+)
 from .representations import accepted_body
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
@@ -45,8 +65,12 @@ class SendRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-class IdempotencyRaceLost(Exception):
-    """Another request with the same Idempotency-Key committed first."""
+class AnsweredBefore(Exception):
+    """This Idempotency-Key already has an answer (stored earlier, or committed by a racing request)."""
+
+    def __init__(self, record: IdempotencyRecord):
+        super().__init__(record.key)
+        self.record = record
 
 
 def reject(code: str, **details: Any) -> Rejected:
@@ -54,25 +78,113 @@ def reject(code: str, **details: Any) -> Rejected:
     return Rejected(status, code, text, details)
 
 
-def check_funnel(project: Project, environment: str, req: SendRequest) -> Any:
+# ---- the read: everything the funnel needs, in one query ----------------------------------
+
+def _columns(model: type[Model]) -> list[Any]:
+    return list(model._meta.concrete_fields)
+
+
+_INSTANCE_FIELDS = _columns(Instance)
+_INSTANCE_COLUMNS = ", ".join(connection.ops.quote_name(f.column) for f in _INSTANCE_FIELDS)
+_IDEMPOTENCY_FIELDS = _columns(IdempotencyRecord)
+
+
+def _best(role: str, where: str) -> str:
+    return (
+        f"(SELECT '{role}' AS role, {_INSTANCE_COLUMNS} FROM {Instance._meta.db_table}"
+        f" WHERE {where} ORDER BY {rules.OPEN_FIRST} LIMIT 1)"
+    )
+
+
+def _facts_sql(named: bool, shared: bool) -> str:
+    candidates = [_best("own", "project_id = %(project)s" + (" AND name = %(requested)s" if named else ""))]
+    if shared:
+        candidates += [_best("official", "project_id IS NULL AND is_official"), _best("shared", "project_id IS NULL")]
+    record_columns = ", ".join(f"r.{connection.ops.quote_name(f.column)}" for f in _IDEMPOTENCY_FIELDS)
+    return f"""
+        SELECT f.opted_in, {record_columns}, c.*
+        FROM (SELECT EXISTS (SELECT 1 FROM {OptIn._meta.db_table}
+                             WHERE project_id = %(project)s AND phone = %(to)s AND revoked_at IS NULL)
+              AS opted_in) AS f
+        LEFT JOIN {IdempotencyRecord._meta.db_table} AS r
+               ON r.project_id = %(project)s AND r.key = %(key)s AND r.created_at >= %(cutoff)s
+        LEFT JOIN ({" UNION ALL ".join(candidates)}) AS c ON true
+    """
+
+
+# (named instance?, shared candidates needed?) → SQL; built once per process.
+_FACTS_SQL = {(named, shared): _facts_sql(named, shared) for named in (False, True) for shared in (False, True)}
+
+
+def _from_row(model: type[Model], fields: list[Any], values: tuple[Any, ...] | list[Any]) -> Any:
+    converted = [
+        f.from_db_value(v, None, connection) if v is not None and hasattr(f, "from_db_value") else v
+        for f, v in zip(fields, values)
+    ]
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+@dataclass(frozen=True)
+class FunnelFacts:
+    opted_in: bool
+    candidates: rules.InstanceCandidates
+    answer: IdempotencyRecord | None = None
+
+
+def read_facts(project: Project, req: SendRequest, idempotency_key: str | None, now: datetime) -> FunnelFacts:
+    """The stored answer for the Idempotency-Key, the opt-in and the candidate instances: one query."""
+    named = bool(req.instance)
+    shared = not named and req.category != "MARKETING"
+    params: dict[str, Any] = {
+        "project": project.pk,
+        "to": req.to,
+        "key": idempotency_key,
+        "cutoff": now - IDEMPOTENCY_TTL,
+        "requested": req.instance or "",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_FACTS_SQL[(named, shared)], params)
+        rows = cursor.fetchall()
+    width = len(_IDEMPOTENCY_FIELDS)
+    first = rows[0]
+    answer = None
+    if first[1] is not None:
+        answer = _from_row(IdempotencyRecord, _IDEMPOTENCY_FIELDS, first[1 : 1 + width])
+    found = {
+        row[1 + width]: _from_row(Instance, _INSTANCE_FIELDS, row[2 + width :]) for row in rows if row[1 + width]
+    }
+    return FunnelFacts(
+        opted_in=bool(first[0]),
+        candidates=rules.InstanceCandidates(found.get("own"), found.get("official"), found.get("shared")),
+        answer=answer,
+    )
+
+
+def judge(project: Project, environment: str, req: SendRequest, facts: FunnelFacts) -> Instance:
     """Environment (403), instance (422), opt-in (422), in the contract's order. Returns the instance."""
     code = rules.check_environment(project, environment, req.to)
     if code:
         raise reject(code, to=req.to)
-    opted_in = rules.has_live_opt_in(project, req.to)
-    instance, code = rules.resolve_instance(project, req.category, req.instance, opted_in)
+    instance, code = rules.resolve_instance(req.category, req.instance, facts.opted_in, facts.candidates)
     if code or instance is None:
         raise reject(code or "no_instance_available", instance=req.instance)
-    code = rules.check_opt_in(req.category, instance, opted_in)
+    code = rules.check_opt_in(req.category, instance, facts.opted_in)
     if code:
         raise reject(code, to=req.to)
     return instance
 
 
-def find_idempotent_answer(project: Project, key: str) -> IdempotencyRecord | None:
-    cutoff = timezone.now() - IDEMPOTENCY_TTL
+def check_funnel(project: Project, environment: str, req: SendRequest) -> Instance:
+    """The funnel checks after the payload (environment, instance, opt-in). Returns the instance."""
+    return judge(project, environment, req, read_facts(project, req, None, timezone.now()))
+
+
+def find_idempotent_answer(project: Project, key: str, now: datetime | None = None) -> IdempotencyRecord | None:
+    cutoff = (now or timezone.now()) - IDEMPOTENCY_TTL
     return IdempotencyRecord.objects.filter(project=project, key=key, created_at__gte=cutoff).first()
 
+
+# ---- the write: one statement ------------------------------------------------------------
 
 def enqueue(message: Message, available_at: datetime | None = None) -> OutboxEntry:
     """Add an outbox entry for the relay; call inside the transaction that changed the message."""
@@ -93,30 +205,61 @@ def notify_relay(lane: str) -> None:
         cursor.execute("SELECT pg_notify(%s, %s)", [OUTBOX_CHANNEL, lane])
 
 
-def _claim_idempotency_key(project: Project, key: str, request_hash: str, body: dict[str, Any]) -> None:
-    cutoff = timezone.now() - IDEMPOTENCY_TTL
-    IdempotencyRecord.objects.filter(project=project, key=key, created_at__lt=cutoff).delete()
-    # A concurrent insert of the same key blocks here until the other transaction ends; if it
-    # committed, nothing is inserted and this request replays the other one's answer.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO messaging_idempotencyrecord
-                (project_id, key, request_hash, status_code, response, created_at)
-            VALUES (%s, %s, %s, 202, %s::jsonb, now())
-            ON CONFLICT (project_id, key) DO NOTHING
-            RETURNING id
-            """,
-            [project.pk, key, request_hash, _json(body)],
+def _insert_fields(model: type[Model]) -> list[Any]:
+    # What Model.save() inserts: every concrete column but a database-generated primary key.
+    return [f for f in model._meta.concrete_fields if not isinstance(f, AutoFieldMixin)]
+
+
+_INSERTED: dict[type[Model], list[Any]] = {
+    model: _insert_fields(model) for model in (Message, MessageEvent, OutboxEntry, IdempotencyRecord)
+}
+
+
+def _row(obj: Model) -> tuple[str, str, list[Any]]:
+    """(table and columns, placeholders, values) of an INSERT of obj, prepared as save() does."""
+    fields = _INSERTED[type(obj)]
+    target = f"{obj._meta.db_table} ({', '.join(connection.ops.quote_name(f.column) for f in fields)})"
+    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    return target, ", ".join(["%s"] * len(fields)), values
+
+
+def _write(rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime) -> bool:
+    """Insert rows (and claim the Idempotency-Key first) in one statement, NOTIFY the relay.
+
+    With a claim, every row depends on it: when the key is already held by a live answer (or by
+    a racing request, whose commit this statement waits for), nothing is written and this returns
+    False. An expired answer for the key is replaced in place (the reconciler purges the rest).
+    """
+    ctes: list[str] = []
+    params: list[Any] = []
+    source = ""
+    if claim is not None:
+        target, placeholders, values = _row(claim)
+        ctes.append(
+            f"claim AS (INSERT INTO {target} VALUES ({placeholders})"
+            " ON CONFLICT (project_id, key) DO UPDATE SET request_hash = EXCLUDED.request_hash,"
+            " status_code = EXCLUDED.status_code, response = EXCLUDED.response, created_at = EXCLUDED.created_at"
+            f" WHERE {claim._meta.db_table}.created_at < %s RETURNING 1)"
         )
-        if cursor.fetchone() is None:
-            raise IdempotencyRaceLost()
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, separators=(",", ":"))
+        params += [*values, cutoff]
+        source = " FROM claim"
+    for i, obj in enumerate(rows):
+        target, placeholders, values = _row(obj)
+        rows_sql = f"SELECT {placeholders}{source}" if source else f"VALUES ({placeholders})"
+        returning = " RETURNING lane" if isinstance(obj, OutboxEntry) else ""
+        ctes.append(f"w{i} AS (INSERT INTO {target} {rows_sql}{returning})")
+        params += values
+    outbox = next(i for i, obj in enumerate(rows) if isinstance(obj, OutboxEntry))
+    sql = f"WITH {', '.join(ctes)} SELECT pg_notify(%s, w{outbox}.lane) FROM w{outbox}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, OUTBOX_CHANNEL])
+        written = cursor.fetchone() is not None
+    if written:
+        for obj in rows:
+            # As save() would: ps:metrics:messages:* are counted from the timeline's post_save.
+            post_save.send(sender=type(obj), instance=obj, created=True, update_fields=None, raw=False,
+                           using=connection.alias)
+    return written
 
 
 def accept_message(
@@ -127,32 +270,59 @@ def accept_message(
     idempotency_key: str | None = None,
     request_hash: str = "",
 ) -> dict[str, Any]:
-    """Accept a validated send request and return the 202 body. Raises Rejected."""
-    instance = check_funnel(project, environment, req)
+    """Accept a validated send request and return the 202 body.
+
+    Raises AnsweredBefore when the Idempotency-Key already has an answer (the caller replays it,
+    or refuses another body with 409), Rejected when a funnel check refuses.
+    """
     now = timezone.now()
+    facts = read_facts(project, req, idempotency_key, now)
+    if facts.answer is not None:
+        raise AnsweredBefore(facts.answer)
+    instance = judge(project, environment, req, facts)
     deliver_until = req.deliver_until or rules.deliver_until_for(req.category, now)
-    with transaction.atomic():
-        message = Message.objects.create(
-            project=project,
-            api_key=api_key,
-            environment=environment,
-            category=req.category,
-            priority=req.priority,
-            to=req.to,
-            template=req.template,
-            variables=req.variables,
-            text=rules.render(req.template, req.variables),
-            metadata=req.metadata,
-            instance=instance,
-            requested_instance=req.instance or "",
-            deliver_until=deliver_until,
-            next_attempt_at=now,
-            max_attempts=settings.SEND_MAX_ATTEMPTS,
+    message = Message(
+        project=project,
+        api_key=api_key,
+        environment=environment,
+        category=req.category,
+        priority=req.priority,
+        to=req.to,
+        template=req.template,
+        variables=req.variables,
+        text=rules.render(req.template, req.variables),
+        metadata=req.metadata,
+        instance=instance,
+        requested_instance=req.instance or "",
+        deliver_until=deliver_until,
+        next_attempt_at=now,
+        max_attempts=settings.SEND_MAX_ATTEMPTS,
+        created_at=now,
+    )
+    event = MessageEvent(
+        message=message,
+        kind=EventKind.ACCEPTED,
+        actor=api_key.display_prefix if api_key else "",
+        detail={"instance": instance.name},
+    )
+    entry = OutboxEntry(
+        message=message,
+        project_id_copy=project.pk,
+        lane=message.lane,
+        priority=1 if message.priority == Priority.URGENT else 0,
+        available_at=now,
+    )
+    body = accepted_body(message)
+    claim = None
+    if idempotency_key:
+        claim = IdempotencyRecord(
+            project=project, key=idempotency_key, request_hash=request_hash, status_code=202, response=body,
             created_at=now,
         )
-        message.record(EventKind.ACCEPTED, actor=api_key.display_prefix if api_key else "", instance=instance.name)
-        enqueue(message, now)
-        body = accepted_body(message)
-        if idempotency_key:
-            _claim_idempotency_key(project, idempotency_key, request_hash, body)
+    if not _write([message, event, entry], claim, now - IDEMPOTENCY_TTL):
+        # A racing request with the same key committed first: its answer is the answer.
+        record = find_idempotent_answer(project, idempotency_key or "", now)
+        if record is None:
+            raise RuntimeError(f"Idempotency-Key {idempotency_key!r} is held but has no live answer")
+        raise AnsweredBefore(record)
     return body

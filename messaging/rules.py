@@ -6,10 +6,10 @@ Each takes what it judges and returns the contract's error code, or None when th
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import phonenumbers
-from django.db.models import Case, IntegerField, QuerySet, Value, When
 
 from .models import Category, ConnectionState, Environment, Instance, OptIn, Project
 
@@ -75,44 +75,43 @@ def has_live_opt_in(project: Project, phone: str) -> bool:
     return OptIn.objects.filter(project=project, phone=phone, revoked_at__isnull=True).exists()
 
 
-def _open_first(queryset: QuerySet[Instance]) -> QuerySet[Instance]:
-    return queryset.annotate(
-        _closed=Case(
-            When(connection_state=ConnectionState.OPEN, then=Value(0)),
-            default=Value(1),
-            output_field=IntegerField(),
-        )
-    ).order_by("_closed", "priority", "pk")
+@dataclass(frozen=True)
+class InstanceCandidates:
+    """The few instances the first choice can fall on, each the best of its group.
+
+    own: the project's instance named in the request, or else its best one (open first, then
+    priority); official: the best official Pilot Status number; shared: the best Pilot Status
+    instance. "Best" is open first, then priority, then id (OPEN_FIRST). The accept funnel reads
+    all three in the same query as the opt-in and the Idempotency-Key (messaging.accept).
+    """
+
+    own: Instance | None = None
+    official: Instance | None = None
+    shared: Instance | None = None
+
+
+# The order that makes "the best" instance of a group (see InstanceCandidates).
+OPEN_FIRST = f"connection_state <> '{ConnectionState.OPEN.value}', priority, id"
 
 
 def resolve_instance(
-    project: Project, category: str, requested: str | None, opted_in: bool
+    category: str, requested: str | None, opted_in: bool, candidates: InstanceCandidates
 ) -> tuple[Instance | None, str | None]:
     """Choose the instance a message goes through (contract §3), or say why none may be used."""
-    own = Instance.objects.filter(project=project)
+    own = candidates.own
     if requested:
-        instance = own.filter(name=requested).first()
-        if instance is None:
-            return None, "unknown_instance"
-        return instance, None
+        return (own, None) if own is not None else (None, "unknown_instance")
     if category == Category.MARKETING:
-        instance = _open_first(own).first()
-        return (instance, None) if instance else (None, "own_instance_required")
-    shared = Instance.objects.filter(project__isnull=True)
-    if category == Category.OTP and not opted_in:
+        return (own, None) if own is not None else (None, "own_instance_required")
+    if category == Category.OTP and not opted_in and candidates.official is not None:
         # Without consent an OTP may only go through the official number (seeds A).
-        official = _open_first(shared.filter(is_official=True)).first()
-        if official is not None:
-            return official, None
-    own_open = own.filter(connection_state=ConnectionState.OPEN).order_by("priority", "pk").first()
-    if own_open is not None:
-        return own_open, None
-    default = _open_first(shared).first()
-    if default is not None:
-        return default, None
+        return candidates.official, None
+    if own is not None and own.connection_state == ConnectionState.OPEN:
+        return own, None
+    if candidates.shared is not None:
+        return candidates.shared, None
     # No open instance anywhere: keep the project's own (it will wait for a reconnect).
-    fallback = _open_first(own).first()
-    return (fallback, None) if fallback else (None, "no_instance_available")
+    return (own, None) if own is not None else (None, "no_instance_available")
 
 
 def check_opt_in(category: str, instance: Instance, opted_in: bool) -> str | None:

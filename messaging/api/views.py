@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from pilot_status.api import ClientApiView
 
 from .. import opt_ins
-from ..accept import IdempotencyRaceLost, accept_message, find_idempotent_answer
+from ..accept import AnsweredBefore, accept_message, find_idempotent_answer
 from ..errors import Rejected
 from ..models import Instance, Message, OptIn
 from ..representations import iso, message_body
@@ -60,11 +60,20 @@ class SendMessageView(ClientApiView):
             if len(idempotency_key) > 255:
                 raise Rejected(400, "invalid_request", "Idempotency-Key must be at most 255 characters.")
             request_hash = _request_hash(request._request.body)
-            record = find_idempotent_answer(self.project, idempotency_key)
+        problem: exceptions.APIException | None = None
+        try:
+            serializer = SendMessageSerializer(data=request.data)
+            if not serializer.is_valid():
+                problem = exceptions.ValidationError(serializer.errors)
+        except (exceptions.ParseError, exceptions.UnsupportedMediaType) as exc:
+            problem = exc
+        if problem is not None:
+            # The Idempotency-Key answers before the payload (contract order): a used key still
+            # replays or conflicts. A valid payload has it read with the funnel's facts instead.
+            record = find_idempotent_answer(self.project, idempotency_key) if idempotency_key else None
             if record is not None:
                 return _replay(record, request_hash)
-        serializer = SendMessageSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
+            raise problem
         try:
             body = accept_message(
                 self.project,
@@ -74,10 +83,8 @@ class SendMessageView(ClientApiView):
                 idempotency_key,
                 request_hash,
             )
-        except IdempotencyRaceLost:
-            record = find_idempotent_answer(self.project, idempotency_key or "")
-            assert record is not None
-            return _replay(record, request_hash)
+        except AnsweredBefore as answered:
+            return _replay(answered.record, request_hash)
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
