@@ -1,7 +1,10 @@
-"""Start the real stack for the bench: simulator, gunicorn, relay, consumer, one Celery worker per lane.
+"""Start the real stack for the bench: simulator, gunicorn (web + webhook pools), relay, consumer, one
+Celery worker per lane.
 
-Shaped like production (gunicorn sync workers, one worker pool per lane) rather than like the test
-fixture, and every process runs with bench.settings so the baseline view and task are loaded too.
+Shaped like production (the Procfile's two gunicorn pools, one worker pool per lane) rather than like the
+test fixture, and every process runs with bench.settings so the baseline view and task are loaded too.
+The simulator posts its webhooks to the webhook pool and the consumer forwards there (as in `make run`);
+the client API and the bare baseline view stay on the web pool.
 Each process gets its own session so it can be stopped (and only it) by its process group.
 """
 
@@ -54,7 +57,7 @@ def wait_for_log(path: Path, needle: str, proc: subprocess.Popen[bytes], timeout
 @dataclass
 class Process:
     name: str
-    kind: str  # web / worker / relay / consumer / simulator: the rows of the M figure
+    kind: str  # web / webhook / worker / relay / consumer / simulator: the rows of the M figure
     argv: list[str]
     env: dict[str, str]
     log: Path
@@ -102,6 +105,9 @@ class StackConfig:
     worker_concurrency: int = 2
     worker_log_level: str = "info"
     web_args: list[str] = field(default_factory=list)  # extra gunicorn flags, e.g. a worker class to compare
+    # The webhook pool (Procfile `webhook`); BENCH_WEBHOOK_WORKERS / BENCH_WEBHOOK_ARGS to compare others.
+    webhook_workers: int = field(default_factory=lambda: int(os.environ.get("BENCH_WEBHOOK_WORKERS", "4")))
+    webhook_args: list[str] = field(default_factory=lambda: os.environ.get("BENCH_WEBHOOK_ARGS", "").split())
     log_dir: Path = ROOT / "artifacts" / "bench-logs"
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -111,9 +117,11 @@ class BenchStack:
         self.config = config
         self.sim_port = free_port()
         self.web_port = free_port()
+        self.webhook_port = free_port()
         self.simulator_url = f"http://127.0.0.1:{self.sim_port}"
         self.web_url = f"http://127.0.0.1:{self.web_port}"
-        self.webhook_url = f"{self.web_url}/api/internal/webhook"
+        # Where the simulator posts and the consumer forwards: the webhook pool, as in the Procfile.
+        self.webhook_url = f"http://127.0.0.1:{self.webhook_port}/api/internal/webhook"
         env = dict(os.environ)
         env.update(
             {
@@ -121,6 +129,7 @@ class BenchStack:
                 "DATABASE_URL": config.database_url,
                 "EVOLUTION_API_URL": self.simulator_url,
                 "PORT": str(self.web_port),
+                "WEBHOOK_PORT": str(self.webhook_port),
                 "INTERNAL_WEBHOOK_URL": self.webhook_url,
                 "PYTHONUNBUFFERED": "1",
                 # The funnel's rate-limit check still runs (a Redis script per request); the bench
@@ -149,14 +158,20 @@ class BenchStack:
             argv += ["--rabbitmq-url", self.env["EVOLUTION_RABBITMQ_URL"]]
         return self._process("simulator", "simulator", argv)
 
-    def web(self) -> Process:
+    def _gunicorn(self, name: str, port: int, workers: int, extra: list[str]) -> Process:
         return self._process(
-            "web", "web",
-            [sys.executable, "-m", "gunicorn", "pilot_status.wsgi:application", "-b", f"127.0.0.1:{self.web_port}",
+            name, name,
+            [sys.executable, "-m", "gunicorn", "pilot_status.wsgi:application", "-b", f"127.0.0.1:{port}",
              # As in the Procfile (keep-alive, access log), so the figures are the deployed server's.
-             "-w", str(self.config.web_workers), "--timeout", "30", "--graceful-timeout", "5", "--keep-alive", "5",
-             "--access-logfile", "-", *self.config.web_args],
+             "-w", str(workers), "--timeout", "30", "--graceful-timeout", "5", "--keep-alive", "5",
+             "--access-logfile", "-", *extra],
         )
+
+    def web(self) -> Process:
+        return self._gunicorn("web", self.web_port, self.config.web_workers, self.config.web_args)
+
+    def webhook(self) -> Process:
+        return self._gunicorn("webhook", self.webhook_port, self.config.webhook_workers, self.config.webhook_args)
 
     def relay(self) -> Process:
         return self._process("relay", "relay", [sys.executable, "manage.py", "run_relay"], "relay started")
@@ -178,15 +193,17 @@ class BenchStack:
         self.processes["simulator"] = sim
         assert sim.proc is not None
         wait_for_port(self.sim_port, sim.proc)
-        self.processes.update({"web": self.web(), "relay": self.relay(), "consumer": self.consumer()})
+        self.processes.update({"web": self.web(), "webhook": self.webhook(), "relay": self.relay(),
+                               "consumer": self.consumer()})
         for lane in LANES:
             self.processes[f"worker-{lane}"] = self.worker(lane)
         for name, process in self.processes.items():
             if name != "simulator":
                 process.start()
-        web = self.processes["web"]
-        assert web.proc is not None
-        wait_for_port(self.web_port, web.proc)
+        for name, port in (("web", self.web_port), ("webhook", self.webhook_port)):
+            pool = self.processes[name]
+            assert pool.proc is not None
+            wait_for_port(port, pool.proc)
         for process in self.processes.values():
             process.wait_ready()
 
@@ -194,14 +211,15 @@ class BenchStack:
         self.processes[name].stop()
 
     def start_process(self, name: str) -> None:
-        factory = {"web": self.web, "relay": self.relay, "consumer": self.consumer, "simulator": self.simulator}.get(name)
+        factory = {"web": self.web, "webhook": self.webhook, "relay": self.relay, "consumer": self.consumer,
+                   "simulator": self.simulator}.get(name)
         process = (factory or (lambda: self.worker(name.split("-", 1)[1])))().start()
         self.processes[name] = process
         assert process.proc is not None
         if name == "simulator":
             wait_for_port(self.sim_port, process.proc)
-        elif name == "web":
-            wait_for_port(self.web_port, process.proc)
+        elif name in ("web", "webhook"):
+            wait_for_port(self.web_port if name == "web" else self.webhook_port, process.proc)
         process.wait_ready()
 
     def revive(self) -> list[str]:

@@ -83,9 +83,13 @@ _pilot_env() {
     _pilot_default INTERNAL_WEBHOOK_SECRET "dev-internal-secret-change-me"
     _pilot_default SECRET_KEY "dev-secret-key-change-me-in-production-0123456789"
     _pilot_default PORT "8000"
+    # The webhook pool (Procfile `webhook`): Evolution's events and our own forwards, kept off
+    # the client API's workers. PORT+1 is never one honcho hands out (it steps by 100).
+    _pilot_default WEBHOOK_PORT "$((PORT + 1))"
     # Fixed here, not derived in settings.py: honcho gives every process its own PORT (web keeps
     # the first), so the consumer and the reconciler would otherwise forward to a port no one has.
-    _pilot_default INTERNAL_WEBHOOK_URL "http://127.0.0.1:$PORT/api/internal/webhook"
+    # seed_demo also registers this URL as the simulator's webhook.
+    _pilot_default INTERNAL_WEBHOOK_URL "http://127.0.0.1:$WEBHOOK_PORT/api/internal/webhook"
     _pilot_default DEBUG "0"
     _pilot_default DJANGO_SETTINGS_MODULE "pilot_status.settings"
     _pilot_default PYTHONUNBUFFERED "1" # honcho shows log lines as they come
@@ -110,7 +114,7 @@ fi
 if [ $# -eq 0 ]; then
     for _v in DATABASE_URL REDIS_URL CELERY_BROKER_URL EVOLUTION_API_URL EVOLUTION_API_KEY \
         EVOLUTION_RABBITMQ_URL EVOLUTION_RABBITMQ_EXCHANGE INTERNAL_WEBHOOK_SECRET SECRET_KEY \
-        PORT INTERNAL_WEBHOOK_URL DEBUG; do
+        PORT WEBHOOK_PORT INTERNAL_WEBHOOK_URL DEBUG; do
         printf '%s=%s\n' "$_v" "${!_v}"
     done
     exit 0

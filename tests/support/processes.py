@@ -112,7 +112,12 @@ def test_database_url() -> str:
 
 
 class Stack:
-    """gunicorn + relay + one Celery worker per lane, all on the test database."""
+    """gunicorn + relay + one Celery worker per lane, all on the test database.
+
+    One gunicorn pool serves both the client API and the webhook (`webhook_url` is on `web`): the
+    single-process deployment, which must keep working. `make run` and the bench split them into
+    the Procfile's `web` and `webhook` pools; only the routing differs, the app is the same.
+    """
 
     def __init__(self, simulator: SimulatorClient, web_workers: int = 2, worker_concurrency: int = 2):
         self.simulator = simulator

@@ -51,8 +51,8 @@ class Command(BaseCommand):
         saved_path.write_text(json.dumps(saved, indent=2))
         saved_path.chmod(0o600)
 
-        # Where Evolution (here: the simulator) posts events; in docker-compose INTERNAL_WEBHOOK_URL
-        # names the web service instead of loopback.
+        # Where Evolution (here: the simulator) posts events: the webhook pool (scripts/env.sh sets
+        # INTERNAL_WEBHOOK_URL to WEBHOOK_PORT; docker-compose names the webhook service).
         webhook_url = settings.INTERNAL_WEBHOOK_URL
         preload = []
         for instance in Instance.objects.filter(name__in=[OWN_INSTANCE, OFFICIAL_INSTANCE]):
