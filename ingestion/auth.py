@@ -1,8 +1,19 @@
-"""Who may post events: Evolution (per instance) and our own forwarding processes (contract §6)."""
+"""Who may post events: Evolution (per instance) and our own forwarding processes (contract §6).
+
+Instance auth material (name, token salt, Evolution token hash) is cached per process for
+`AUTH_CACHE_SECONDS`, so a receipt storm does not cost a SELECT per webhook. What that changes:
+- a credential that fails against the cached copy is checked once more against a fresh read, so a
+  new (re-keyed) token or a newly added instance works at once;
+- an old token keeps working for at most `AUTH_CACHE_SECONDS` after a re-key (as does a deleted
+  instance's; its events then find no instance in the handler and change nothing);
+- an unknown instance is never cached: it is read every time and answered 401.
+"""
 
 from __future__ import annotations
 
 import hmac
+import threading
+import time
 from typing import Any
 
 import jwt
@@ -12,6 +23,11 @@ from django.http import HttpRequest
 from messaging.models import Instance
 
 INTERNAL_SECRET_HEADER = "HTTP_X_INTERNAL_WEBHOOK_SECRET"
+AUTH_CACHE_SECONDS = 5.0
+_CACHE_MAX = 10_000  # instances; past it the cache starts over (bounded memory)
+
+_cache: dict[str, tuple[float, Instance]] = {}
+_cache_lock = threading.Lock()  # gthread workers: one writer at a time (reads need none)
 
 
 def is_internal(request: HttpRequest) -> bool:
@@ -21,19 +37,59 @@ def is_internal(request: HttpRequest) -> bool:
 
 def authenticate_evolution(request: HttpRequest, payload: dict[str, Any]) -> Instance | None:
     """The instance the event claims to come from, if any one of Evolution's schemes proves it."""
-    instance = Instance.objects.filter(name=payload.get("instance")).first()
-    if instance is None:
+    name = payload.get("instance")
+    if not isinstance(name, str) or not name:
         return None
-    token = request.META.get("HTTP_X_WEBHOOK_TOKEN")
-    if token and instance.check_webhook_token(token):
-        return instance
-    authorization = request.META.get("HTTP_AUTHORIZATION", "")
-    if authorization.startswith("Bearer ") and _valid_jwt(authorization[7:], instance):
-        return instance
-    apikey = payload.get("apikey")
-    if isinstance(apikey, str) and apikey and instance.check_evolution_token(apikey):
+    cached = _cached(name)
+    if cached is not None and _proves(request, payload, cached):
+        return cached
+    # Not cached, or refused by a copy up to AUTH_CACHE_SECONDS old (the token may have just been
+    # re-keyed): the database decides.
+    instance = _read(name)
+    if instance is not None and _proves(request, payload, instance):
         return instance
     return None
+
+
+def forget_cached_instances() -> None:
+    """Drop the cache (tests; an operator command could call it after a re-key)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def on_instance_changed(sender: Any, instance: Instance, **kwargs: Any) -> None:
+    with _cache_lock:
+        _cache.pop(instance.name, None)
+
+
+def _cached(name: str) -> Instance | None:
+    hit = _cache.get(name)
+    if hit is None or time.monotonic() - hit[0] >= AUTH_CACHE_SECONDS:
+        return None
+    return hit[1]
+
+
+def _read(name: str) -> Instance | None:
+    instance = Instance.objects.filter(name=name).first()
+    with _cache_lock:
+        if instance is None:
+            _cache.pop(name, None)
+        else:
+            if len(_cache) >= _CACHE_MAX:
+                _cache.clear()
+            _cache[name] = (time.monotonic(), instance)
+    return instance
+
+
+def _proves(request: HttpRequest, payload: dict[str, Any], instance: Instance) -> bool:
+    token = request.META.get("HTTP_X_WEBHOOK_TOKEN")
+    if token and instance.check_webhook_token(token):
+        return True
+    authorization = request.META.get("HTTP_AUTHORIZATION", "")
+    if authorization.startswith("Bearer ") and _valid_jwt(authorization[7:], instance):
+        return True
+    apikey = payload.get("apikey")
+    return isinstance(apikey, str) and bool(apikey) and instance.check_evolution_token(apikey)
 
 
 def _valid_jwt(token: str, instance: Instance) -> bool:

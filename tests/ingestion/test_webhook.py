@@ -220,3 +220,40 @@ def test_an_overtaking_receipt_fills_the_implied_times(sent_message, alice_insta
     sent_message.refresh_from_db()
     assert sent_message.status == Status.READ
     assert sent_message.server_ack_at == sent_message.delivered_at == sent_message.read_at
+
+
+def rekey(instance):
+    # As another process would: no signal reaches this process's cache.
+    from messaging.models import Instance
+
+    Instance.objects.filter(pk=instance.pk).update(token_salt="re-keyed")
+    return Instance.objects.get(pk=instance.pk)
+
+
+def test_a_re_keyed_token_works_at_once_and_the_old_one_stops_within_seconds(
+    sent_message, alice_instance, monkeypatch
+):
+    from ingestion import auth
+
+    monkeypatch.setattr(auth, "AUTH_CACHE_SECONDS", 0.5)
+    old = token_header(alice_instance)
+    assert post(receipt("SERVER_ACK"), **old).status_code == 200  # cached now
+    new = token_header(rekey(alice_instance))
+    assert new != old
+
+    # the new token is checked against the database when the cached copy refuses it
+    assert post(receipt("DELIVERY_ACK"), **new).status_code == 200
+    # the old one is refused once the cached copy is older than AUTH_CACHE_SECONDS
+    time.sleep(0.6)
+    assert post(receipt("READ"), **old).status_code == 401
+    assert post(receipt("READ"), **new).status_code == 200
+
+
+def test_an_unknown_instance_is_401_even_with_a_warm_cache(sent_message, alice_instance):
+    assert post(receipt("SERVER_ACK"), **token_header(alice_instance)).status_code == 200
+    stranger = receipt("READ", instance="nobody-knows")
+    for _ in range(2):
+        response = post(stranger, **token_header(alice_instance))
+        assert response.status_code == 401
+    assert IngestionEvent.objects.filter(instance_name="nobody-knows").count() == 0
+
