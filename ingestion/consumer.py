@@ -40,6 +40,7 @@ RETRY_DELAYS_S = (5, 30, 180)
 # shortest delay. A database outage lasts longer: wait in the 30 s queue, retries untouched.
 LOCKED_DELAY_S = RETRY_DELAYS_S[0]
 DB_DOWN_DELAY_S = RETRY_DELAYS_S[1]
+CONNECTION_CHECK_SECONDS = 1.0
 RETRY_HEADER = "x-ps-retries"
 ERROR_HEADER = "x-ps-last-error"
 
@@ -143,6 +144,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self.channel: Any = None
         self.next_refresh = time.monotonic() + self.refresh_seconds
         self.handled = 0
+        self.next_connection_check = 0.0
 
     # ---- topology ------------------------------------------------------------------------
 
@@ -200,7 +202,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             log.warning("parking a message that is not an Evolution event")
             self._park(message, "not an Evolution event")
             return "parked"
-        close_old_connections()
+        self._check_connection()
         with event_lock(inbox.dedup_key(payload)) as acquired:
             if not acquired:
                 # The webhook channel is on it right now: look again after a short delay
@@ -229,6 +231,15 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             _note_failure(event, error)
             self._retry_later(message, error)
             return "retry"
+
+    def _check_connection(self) -> None:
+        # close_old_connections() drops an obsolete connection; with CONN_HEALTH_CHECKS it also
+        # costs a `SELECT 1` before the next query. Once a second is enough: a connection that
+        # died meanwhile fails one message, which is closed and delayed like any outage below.
+        now = time.monotonic()
+        if now >= self.next_connection_check:
+            self.next_connection_check = now + CONNECTION_CHECK_SECONDS
+            close_old_connections()
 
     def _retry_later(self, message: Any, reason: str) -> None:
         retries = _retries(message)

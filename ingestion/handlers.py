@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from messaging import lifecycle
@@ -39,10 +40,23 @@ UNMATCHED_AFTER = timedelta(hours=1)
 
 def apply(event: IngestionEvent) -> str:
     """Run the event's effect once and mark it processed (unless it must wait for its message)."""
+    return _apply_locked(IngestionEvent.objects.filter(pk=event.pk)) or ALREADY_PROCESSED
+
+
+def apply_saved(dedup_key: str) -> str | None:
+    """`apply` for the row stored under `dedup_key` (a forward); None when there is no such row."""
+    return _apply_locked(IngestionEvent.objects.filter(dedup_key=dedup_key))
+
+
+def _apply_locked(rows: QuerySet[IngestionEvent]) -> str | None:
     with transaction.atomic():
         # The row lock serialises both channels and the reconciler on one event, even with
-        # Redis down; processed_at is re-read under it.
-        locked = IngestionEvent.objects.select_for_update().get(pk=event.pk)
+        # Redis down; processed_at is re-read under it. The row was committed before this
+        # (inbox.record runs in autocommit), so a send committing meanwhile finds it and
+        # waits here for us (apply_waiting_for): an early receipt is never missed.
+        locked = rows.select_for_update().first()
+        if locked is None:
+            return None
         if locked.processed_at is not None:
             return ALREADY_PROCESSED
         outcome = _effect(locked)
@@ -51,7 +65,7 @@ def apply(event: IngestionEvent) -> str:
         locked.outcome = outcome
         if outcome != WAITING:
             locked.processed_at = timezone.now()
-        locked.save(update_fields=["outcome", "processed_at"])
+        IngestionEvent.objects.filter(pk=locked.pk).update(outcome=locked.outcome, processed_at=locked.processed_at)
     return outcome
 
 
@@ -59,36 +73,45 @@ def _effect(event: IngestionEvent) -> str:
     payload = event.payload if isinstance(event.payload, dict) else {}
     raw_data = payload.get("data")
     data: dict[str, Any] = raw_data if isinstance(raw_data, dict) else {}
-    instance = Instance.objects.filter(name=event.instance_name).first()
-    if instance is None:
-        return "unknown_instance"
+    # The instance is read only where it is needed: a receipt finds its message by keyId and
+    # instance name in one query, and looks for the instance only when no message matched.
     if event.event == "messages.update":
-        return _receipt(event, instance, data)
+        return _receipt(event, data)
     if event.event == "send.message":
-        return _confirm_send(event, instance)
+        return _confirm_send(event)
     if event.event == "connection.update":
+        instance = Instance.objects.filter(name=event.instance_name).first()
+        if instance is None:
+            return "unknown_instance"
         return _connection(event, instance, data)
     # messages.upsert, messages.delete, contacts.*, chats.*, ...: kept in the inbox, no effect.
     return "stored"
 
 
-def _message_for(event: IngestionEvent, instance: Instance) -> Message | None:
+def _message_for(event: IngestionEvent) -> Message | None:
     # Matched on keyId only (plus the instance): in Evolution 2.3.7 remoteJid may be an @lid
     # id that says nothing about the number we sent to.
     if not event.key_id:
         return None
-    return Message.objects.filter(evolution_message_id=event.key_id, instance=instance).first()
+    return Message.objects.filter(evolution_message_id=event.key_id, instance__name=event.instance_name).first()
 
 
-def _receipt(event: IngestionEvent, instance: Instance, data: dict[str, Any]) -> str:
+def _no_message(event: IngestionEvent) -> str:
+    """No message matched: wait for its send, unless the instance itself is unknown."""
+    if not Instance.objects.filter(name=event.instance_name).exists():
+        return "unknown_instance"
+    return WAITING
+
+
+def _receipt(event: IngestionEvent, data: dict[str, Any]) -> str:
     if data.get("fromMe") is False:
         return "ignored_inbound"
     status = str(data.get("status", ""))
     if status != "ERROR" and status not in RECEIPT_STATUS:
         return "ignored_status"  # PENDING, DELETED, EDITED: no delivery progress
-    message = _message_for(event, instance)
+    message = _message_for(event)
     if message is None:
-        return WAITING
+        return _no_message(event)
     if status == "ERROR":
         failed = lifecycle.fail(
             message,
@@ -103,10 +126,10 @@ def _receipt(event: IngestionEvent, instance: Instance, data: dict[str, Any]) ->
     return "stale"
 
 
-def _confirm_send(event: IngestionEvent, instance: Instance) -> str:
+def _confirm_send(event: IngestionEvent) -> str:
     # The worker already recorded SENT from sendText's answer; this event confirms the id
     # (and, arriving first, waits for that commit like any early receipt).
-    return WAITING if _message_for(event, instance) is None else "confirmed"
+    return _no_message(event) if _message_for(event) is None else "confirmed"
 
 
 def _connection(event: IngestionEvent, instance: Instance, data: dict[str, Any]) -> str:

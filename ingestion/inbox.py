@@ -110,34 +110,68 @@ def is_evolution_event(payload: Any) -> bool:
     )
 
 
+# One round trip for both outcomes: the new row, or (ON CONFLICT) the row already there. The
+# second SELECT sees only what was committed when the statement began, so a row committed by a
+# concurrent insert we waited on is not in it: `record` then reads it in a second statement.
+_INSERT_OR_EXISTING = """
+    WITH new AS (
+        INSERT INTO evolution_ingestion_events
+            (dedup_key, channel, event, instance_name, key_id, payload, received_at, occurred_at,
+             outcome, forward_attempts, last_error)
+        VALUES (%(key)s, %(channel)s, %(event)s, %(instance)s, %(key_id)s, %(payload)s::jsonb, now(),
+                %(occurred_at)s, '', 0, '')
+        ON CONFLICT (dedup_key) DO NOTHING
+        RETURNING id, channel, received_at, processed_at, outcome, forward_attempts
+    )
+    SELECT true, id, channel, received_at, processed_at, outcome, forward_attempts FROM new
+    UNION ALL
+    SELECT false, id, channel, received_at, processed_at, outcome, forward_attempts
+      FROM evolution_ingestion_events
+     WHERE dedup_key = %(key)s AND NOT EXISTS (SELECT 1 FROM new)
+"""
+_EXISTING = """
+    SELECT false, id, channel, received_at, processed_at, outcome, forward_attempts
+      FROM evolution_ingestion_events WHERE dedup_key = %s
+"""
+
+
 def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]:
     """Store the raw event once; returns (row, created). Concurrent channels meet at the unique key.
 
     Runs in autocommit: when it returns, the row is committed (the consumer acks after this).
+    One round trip in the usual cases (new event, or a copy of one already stored). The row
+    returned carries the identity fields and processing state; `payload` is this copy's.
     """
     key = dedup_key(payload)
     stored = {k: v for k, v in payload.items() if k != "already_saved"}
+    params = {
+        "key": key,
+        "channel": channel,
+        "event": storable(str(payload.get("event"))[:64]),
+        "instance": storable(str(payload.get("instance"))[:100]),
+        "key_id": storable(key_id_of(payload)[:64]),
+        "payload": _as_jsonb(stored),
+        "occurred_at": occurred_at_of(payload),
+    }
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO evolution_ingestion_events
-                (dedup_key, channel, event, instance_name, key_id, payload, received_at, occurred_at,
-                 outcome, forward_attempts, last_error)
-            VALUES (%s, %s, %s, %s, %s, %s::jsonb, now(), %s, '', 0, '')
-            ON CONFLICT (dedup_key) DO NOTHING
-            RETURNING id
-            """,
-            [
-                key,
-                channel,
-                storable(str(payload.get("event"))[:64]),
-                storable(str(payload.get("instance"))[:100]),
-                storable(key_id_of(payload)[:64]),
-                _as_jsonb(stored),
-                occurred_at_of(payload),
-            ],
-        )
-        row = cursor.fetchone()
-    if row is not None:
-        return IngestionEvent.objects.get(pk=row[0]), True
-    return IngestionEvent.objects.get(dedup_key=key), False
+        row = None
+        # A row deleted between our conflict and the read (pruning) means: insert again.
+        for _ in range(3):
+            cursor.execute(_INSERT_OR_EXISTING, params)
+            row = cursor.fetchone()
+            if row is None:  # the conflicting row was committed after this statement began
+                cursor.execute(_EXISTING, [key])
+                row = cursor.fetchone()
+            if row is not None:
+                break
+    if row is None:
+        raise IngestionEvent.DoesNotExist(f"inbox row {key} vanished while it was being stored")
+    created, pk, row_channel, received_at, processed_at, outcome, forward_attempts = row
+    event = IngestionEvent(
+        pk=pk, dedup_key=key, channel=row_channel, event=params["event"], instance_name=params["instance"],
+        key_id=params["key_id"], payload=stored, received_at=received_at, occurred_at=params["occurred_at"],
+        processed_at=processed_at, outcome=outcome, forward_attempts=forward_attempts,
+    )
+    event._state.adding = False  # a row of the table, not a new object (save() updates it)
+    event._state.db = connection.alias
+    return event, bool(created)

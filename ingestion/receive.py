@@ -36,12 +36,11 @@ def receive_webhook(payload: dict[str, Any]) -> Received:
         if not acquired:
             # The other channel (or a duplicate POST) holds it right now and will finish it;
             # if that holder dies, its copy is redelivered or the reconciler picks it up.
-            metrics.evolution("webhook:skipped")
-            return Received(SKIPPED, "in_progress_elsewhere")
-        event, created = inbox.record(Channel.WEBHOOK, payload)
-        if not created and event.processed_at is not None:
-            metrics.evolution("webhook:skipped")
-            return Received(SKIPPED, "already_processed")
+            return _skipped("in_progress_elsewhere")
+        # A copy of an event already processed ends here: one statement after the lock.
+        event, _ = inbox.record(Channel.WEBHOOK, payload)
+        if event.processed_at is not None:
+            return _skipped(handlers.ALREADY_PROCESSED)
         return _apply(event)
 
 
@@ -50,20 +49,27 @@ def receive_forwarded(payload: dict[str, Any]) -> Received:
 
     No lock here: the forwarding consumer holds it while it waits for this answer.
     """
-    event = IngestionEvent.objects.filter(dedup_key=inbox.dedup_key(payload)).first()
-    if event is None:
+    outcome = handlers.apply_saved(inbox.dedup_key(payload))
+    if outcome is None:
         # Claimed as saved but not there (the row was pruned, or a hand-made forward): save it.
         event, _ = inbox.record(Channel.RABBITMQ, payload)
-    if event.processed_at is not None:
-        metrics.evolution("webhook:skipped")
-        return Received(SKIPPED, "already_processed")
-    return _apply(event)
+        if event.processed_at is not None:
+            return _skipped(handlers.ALREADY_PROCESSED)
+        outcome = handlers.apply(event)
+    return _received(outcome)
 
 
 def _apply(event: IngestionEvent) -> Received:
-    outcome = handlers.apply(event)
+    return _received(handlers.apply(event))
+
+
+def _received(outcome: str) -> Received:
     if outcome == handlers.ALREADY_PROCESSED:
-        metrics.evolution("webhook:skipped")
-        return Received(SKIPPED, outcome)
+        return _skipped(outcome)
     metrics.evolution("webhook:processed")
     return Received(PROCESSED, outcome)
+
+
+def _skipped(reason: str) -> Received:
+    metrics.evolution("webhook:skipped")
+    return Received(SKIPPED, reason)

@@ -257,3 +257,16 @@ def test_an_unknown_instance_is_401_even_with_a_warm_cache(sent_message, alice_i
         assert response.status_code == 401
     assert IngestionEvent.objects.filter(instance_name="nobody-knows").count() == 0
 
+
+def test_a_copy_of_a_processed_event_costs_one_query(sent_message, alice_instance):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    payload = receipt("DELIVERY_ACK")
+    assert post(payload, **token_header(alice_instance)).json()["status"] == "processed"
+
+    with CaptureQueriesContext(connection) as queries:  # the instance's auth material is cached by now
+        response = post(dict(payload, date_time="2025-10-21T11:50:00.000Z"), **token_header(alice_instance))
+
+    assert response.json() == {"status": "skipped", "reason": "already_processed"}
+    assert len(queries) == 1, [q["sql"] for q in queries]
