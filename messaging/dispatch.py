@@ -37,23 +37,35 @@ log = logging.getLogger(__name__)
 # and the rows behind them must still be reachable in the same pass.
 _CANDIDATES_PER_SLOT = 4
 
-_ROUND_ROBIN = """
-WITH due AS (
-    SELECT o.id, o.message_id, o.priority, o.available_at, o.project_id_copy, m.instance_id,
-           i.send_rate_per_second,
-           -- Turns are per project, not per (project, instance): a blast spread over many
-           -- instances must not get one turn per instance and starve a project with one.
-           ROW_NUMBER() OVER (PARTITION BY o.project_id_copy
-                              ORDER BY o.priority DESC, o.available_at, o.id) AS turn
-    FROM messaging_outboxentry o
-    JOIN messaging_message m ON m.id = o.message_id
-    JOIN messaging_instance i ON i.id = m.instance_id
-    WHERE o.lane = %s AND o.available_at <= %s
+# The first rows of every project with due work in a lane, without reading the whole backlog:
+# a skip scan finds the projects (one index probe each), then each project's first rows come
+# from the same index in release order. A 100,000-row blast costs the same as a 10-row one.
+_TURNS = """
+WITH RECURSIVE projects(pid) AS (
+    (SELECT project_id_copy FROM messaging_outboxentry
+      WHERE lane = %(lane)s AND available_at <= %(now)s
+      ORDER BY project_id_copy LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.project_id_copy FROM messaging_outboxentry o
+             WHERE o.lane = %(lane)s AND o.available_at <= %(now)s AND o.project_id_copy > projects.pid
+             ORDER BY o.project_id_copy LIMIT 1)
+    FROM projects WHERE projects.pid IS NOT NULL
 )
-SELECT id, message_id, instance_id, send_rate_per_second FROM due
-WHERE turn <= %s
-ORDER BY turn, priority DESC, available_at, id
-LIMIT %s
+SELECT c.id, c.message_id, m.instance_id, i.send_rate_per_second, p.pid, c.turn
+FROM projects p
+CROSS JOIN LATERAL (
+    SELECT o.id, o.message_id,
+           ROW_NUMBER() OVER (ORDER BY o.priority DESC, o.available_at, o.id) AS turn
+    FROM messaging_outboxentry o
+    WHERE o.lane = %(lane)s AND o.project_id_copy = p.pid AND o.available_at <= %(now)s
+    ORDER BY o.priority DESC, o.available_at, o.id
+    -- Enough rows per project to fill the pass whatever the mix, fewer when many projects wait.
+    LIMIT GREATEST(%(slots)s, %(budget)s / (SELECT count(*) FROM projects WHERE pid IS NOT NULL))
+) c
+JOIN messaging_message m ON m.id = c.message_id
+JOIN messaging_instance i ON i.id = m.instance_id
+WHERE p.pid IS NOT NULL
+ORDER BY c.turn, p.pid
 """
 
 
@@ -72,6 +84,33 @@ class Candidate:
     message_id: str
     instance_id: int
     rate: float | None
+    project_id: int = 0
+    turn: int = 1
+
+
+class TurnOrder:
+    """Which project goes first within a turn: the one this relay released least recently.
+
+    Row age alone would let a project whose backlog is older win every pass that has fewer free
+    slots than projects, starving a newcomer (found by bench B6). Kept in the relay's memory: a
+    restarted relay, or a second one, starts from row age again, which is fair enough for a pass.
+    """
+
+    def __init__(self) -> None:
+        self.clock = 0
+        self.last_released: dict[tuple[str, int], int] = {}
+
+    def arrange(self, lane: str, candidates: list[Candidate]) -> list[Candidate]:
+        # Stable sort: within a turn and a tie (never released), the query's order (row age) stays.
+        return sorted(candidates, key=lambda c: (c.turn, self.last_released.get((lane, c.project_id), -1)))
+
+    def released(self, lane: str, chosen: list[Candidate]) -> None:
+        for candidate in chosen:
+            self.clock += 1
+            self.last_released[(lane, candidate.project_id)] = self.clock
+
+
+turn_order = TurnOrder()
 
 
 def lane_depths(lanes: tuple[str, ...]) -> dict[str, int]:
@@ -87,10 +126,17 @@ def lane_depths(lanes: tuple[str, ...]) -> dict[str, int]:
     return depths
 
 
-def round_robin_candidates(lane: str, now: datetime, slots: int) -> list[Candidate]:
+def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[Candidate], bool]:
+    """Up to `slots` × _CANDIDATES_PER_SLOT due rows, turn by turn, least recently served project
+    first within a turn; and whether more due rows may wait beyond them."""
+    budget = slots * _CANDIDATES_PER_SLOT
     with connection.cursor() as cursor:
-        cursor.execute(_ROUND_ROBIN, [lane, now, slots, slots * _CANDIDATES_PER_SLOT])
-        return [Candidate(pk, str(mid), iid, rate) for pk, mid, iid, rate in cursor.fetchall()]
+        cursor.execute(_TURNS, {"lane": lane, "now": now, "slots": slots, "budget": budget})
+        rows = [Candidate(pk, str(mid), iid, rate, pid, turn) for pk, mid, iid, rate, pid, turn in cursor.fetchall()]
+    projects = {c.project_id for c in rows}
+    per_project = max(slots, budget // max(1, len(projects)))
+    truncated = any(c.turn == per_project for c in rows) or len(rows) > budget
+    return turn_order.arrange(lane, rows)[:budget], truncated
 
 
 def paced(candidates: list[Candidate], slots: int) -> list[Candidate]:
@@ -99,7 +145,7 @@ def paced(candidates: list[Candidate], slots: int) -> list[Candidate]:
     for candidate in candidates[:]:
         wanted[candidate.instance_id] += 1
     rates = {c.instance_id: c.rate for c in candidates}
-    granted = {iid: pacing.take(iid, min(count, slots), rates[iid]) for iid, count in wanted.items()}
+    granted = pacing.take_many({iid: (min(count, slots), rates[iid]) for iid, count in wanted.items()})
     chosen: list[Candidate] = []
     for candidate in candidates:
         if len(chosen) >= slots:
@@ -114,7 +160,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
     if slots <= 0:
         waiting = OutboxEntry.objects.filter(lane=lane, available_at__lte=now).exists()
         return Release(0, int(waiting))
-    candidates = round_robin_candidates(lane, now, slots)
+    candidates, truncated = round_robin_candidates(lane, now, slots)
     if not candidates:
         return Release()
     # Released means due. A row made due early (a reconnect) must be claimable the moment its
@@ -130,7 +176,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
         )
         chosen = paced([c for c in candidates if c.pk in locked], slots)
         held = len(candidates) - len(chosen)
-        if len(candidates) == slots * _CANDIDATES_PER_SLOT:
+        if truncated:
             held += 1  # more may be waiting beyond what we looked at
         if not chosen:
             return Release(0, held)
@@ -148,6 +194,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
                 for mid in message_ids
             ]
         )
+    turn_order.released(lane, chosen)  # committed: these projects have had their turn
     return Release(len(chosen), held)
 
 

@@ -14,6 +14,7 @@ import django.dispatch
 from django.db import transaction
 from django.utils import timezone
 
+from . import writes
 from .accept import enqueue
 from .models import DeadLetter, EventKind, Message, Status
 
@@ -115,24 +116,32 @@ def mark_sent(
     remote_jid: str,
     attempt_detail: dict[str, Any],
     extra_update: dict[str, Any] | None = None,
+    attempt_line: writes.TimelineLine | None = None,
 ) -> bool:
+    """SENDING → SENT, with the attempt that sent it (when given) and the status in the timeline:
+    one statement, the hot path of every message."""
     now = timezone.now()
-    with transaction.atomic():
-        changed = _compare_and_set(
-            message,
-            (Status.SENDING,),
-            lease_token,
-            status=Status.SENT,
-            sent_at=now,
-            updated_at=now,
-            evolution_message_id=evolution_message_id,
-            remote_jid=remote_jid,
-            last_gateway_response=attempt_detail,
-            **(extra_update or {}),
-        )
-        if not changed:
-            return False
-        message.refresh_from_db()
-        message.record(EventKind.STATUS, status=Status.SENT, evolutionMessageId=evolution_message_id)
+    changes: dict[str, Any] = {
+        "status": Status.SENT,
+        "sent_at": now,
+        "updated_at": now,
+        "evolution_message_id": evolution_message_id,
+        "remote_jid": remote_jid,
+        "last_gateway_response": attempt_detail,
+        "lease_token": None,
+        "lease_expires_at": None,
+        **(extra_update or {}),
+    }
+    status_line = writes.TimelineLine(
+        EventKind.STATUS, {"status": Status.SENT, "evolutionMessageId": evolution_message_id}, now
+    )
+    lines = [attempt_line, status_line] if attempt_line else [status_line]
+    if not writes.compare_and_set(message.pk, (Status.SENDING,), lease_token, changes, lines):
+        if attempt_line is not None:
+            # The lease was lost meanwhile, but the attempt did happen: the timeline keeps it.
+            message.record(attempt_line.kind, **attempt_line.detail)
+        return False
+    for name, value in changes.items():
+        setattr(message, name, value)
     message_sent.send(sender=Message, message=message)
     return True

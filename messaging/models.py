@@ -15,8 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 from django.utils import timezone
 
 from .querysets import MessageQuerySet, ProjectScopedQuerySet
@@ -300,22 +299,25 @@ class Message(models.Model):
 
     def advance(self, status: str, at: datetime | None = None, **detail: Any) -> bool:
         """Move delivery progress forward (SENT..READ); a late or repeated receipt changes nothing."""
+        from .writes import KeepEarlier, TimelineLine, compare_and_set
+
         at = at or timezone.now()
         stamp = _STAMPS[Status(status)]
         # A receipt that overtakes an earlier one (DELIVERY_ACK before SERVER_ACK, common when the
         # two channels race) implies the earlier steps: fill their times if they are still empty.
-        implied = {
-            _STAMPS[earlier]: Coalesce(F(_STAMPS[earlier]), Value(at))
-            for earlier in PROGRESS[1 : PROGRESS.index(Status(status))]
-        }
-        changed = Message.objects.filter(pk=self.pk, status__in=statuses_before(status)).update(
-            status=status, updated_at=at, **implied, **{stamp: at}
+        implied = {_STAMPS[earlier]: KeepEarlier(at) for earlier in PROGRESS[1 : PROGRESS.index(Status(status))]}
+        # One statement: the forward-only move and its timeline line (a receipt's whole write).
+        changed = compare_and_set(
+            self.pk,
+            statuses_before(status),
+            None,
+            {"status": status, "updated_at": at, **implied, stamp: at},
+            [TimelineLine(EventKind.STATUS, {"status": status, **detail}, at)],
         )
         if changed:
             self.status = status
             setattr(self, stamp, at)
-            self.record(EventKind.STATUS, status=status, **detail)
-        return bool(changed)
+        return changed
 
 
 class EventKind(models.TextChoices):
@@ -360,6 +362,9 @@ class OutboxEntry(models.Model):
         indexes = [
             # dispatch.release_due: due rows per lane, oldest first.
             models.Index(fields=["lane", "available_at"], name="outbox_due"),
+            # dispatch.round_robin_candidates: the skip scan over projects and each project's
+            # rows in release order.
+            models.Index(fields=["lane", "project_id_copy", "-priority", "available_at", "id"], name="outbox_turns"),
         ]
 
 

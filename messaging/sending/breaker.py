@@ -45,6 +45,8 @@ class Verdict:
 
 class Store(Protocol):
     def open_until(self, scope: str) -> float | None: ...
+    def open_untils(self, scopes: list[str]) -> list[float | None]: ...
+    def succeed_many(self, scopes: list[str], now: float) -> None: ...
     def set_open(self, scope: str, until: float) -> None: ...
     def close(self, scope: str) -> None: ...
     def fail(self, scope: str, now: float) -> tuple[int, int, int]: ...  # run, ok, failed in window
@@ -67,6 +69,10 @@ class RedisStore:
     def open_until(self, scope: str) -> float | None:
         value = self.r.get(self._key(scope, "open_until"))
         return float(value) if value is not None else None
+
+    def open_untils(self, scopes: list[str]) -> list[float | None]:
+        values = self.r.mget([self._key(scope, "open_until") for scope in scopes])
+        return [float(value) if value is not None else None for value in values]
 
     def set_open(self, scope: str, until: float) -> None:
         pipe = self.r.pipeline()
@@ -92,11 +98,15 @@ class RedisStore:
         return int(run), ok, failed
 
     def succeed(self, scope: str, now: float) -> None:
-        current = self._key(scope, f"w:{_window(now)}")
-        pipe = self.r.pipeline()
-        pipe.delete(self._key(scope, "run"))
-        pipe.hincrby(current, "ok", 1)
-        pipe.expire(current, settings.BREAKER_WINDOW_SECONDS * 2)
+        self.succeed_many([scope], now)
+
+    def succeed_many(self, scopes: list[str], now: float) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for scope in scopes:
+            current = self._key(scope, f"w:{_window(now)}")
+            pipe.delete(self._key(scope, "run"))
+            pipe.hincrby(current, "ok", 1)
+            pipe.expire(current, settings.BREAKER_WINDOW_SECONDS * 2)
         pipe.execute()
 
     def try_probe(self, scope: str, ttl: float) -> bool:
@@ -126,6 +136,13 @@ class MemoryStore:
 
     def open_until(self, scope: str) -> float | None:
         return self._get(scope).open_until
+
+    def open_untils(self, scopes: list[str]) -> list[float | None]:
+        return [self.open_until(scope) for scope in scopes]
+
+    def succeed_many(self, scopes: list[str], now: float) -> None:
+        for scope in scopes:
+            self.succeed(scope, now)
 
     def set_open(self, scope: str, until: float) -> None:
         with self.lock:
@@ -193,10 +210,21 @@ def _probe_ttl() -> float:
     return settings.EVOLUTION_CONNECT_TIMEOUT + settings.EVOLUTION_READ_TIMEOUT + 5
 
 
-def check(scope: str, now: float | None = None) -> Verdict:
-    """May a call go through this circuit now? Half-open lets exactly one probe through."""
+_LOOK_UP: Any = object()
+
+
+def open_untils(scopes: list[str]) -> dict[str, float | None]:
+    """Every scope's `open_until` in one round trip (None: closed), for `check(until=…)`."""
+    return dict(zip(scopes, _call("open_untils", scopes)))
+
+
+def check(scope: str, now: float | None = None, until: float | None = _LOOK_UP) -> Verdict:
+    """May a call go through this circuit now? Half-open lets exactly one probe through.
+
+    `until` is the scope's `open_until` when the caller already read it (`open_untils`)."""
     now = now or time.time()
-    until = _call("open_until", scope)
+    if until is _LOOK_UP:
+        until = _call("open_until", scope)
     if until is None:
         return Verdict(True, scope)
     if now < until:
@@ -218,6 +246,12 @@ def state_of(scope: str, now: float | None = None) -> str:
     if until is None:
         return CLOSED
     return OPEN if (now or time.time()) < until else HALF_OPEN
+
+
+def record_successes(scopes: list[str], now: float | None = None) -> None:
+    """The common case in one round trip: calls that succeeded through circuits that were closed
+    when checked. (One that opened meanwhile stays open until its own probe closes it.)"""
+    _call("succeed_many", scopes, now or time.time())
 
 
 def record(scope: str, result: str, now: float | None = None) -> str | None:

@@ -23,21 +23,27 @@ from pilot_status import metrics
 log = logging.getLogger(__name__)
 
 _KEY = "ps:pacing:instance:{}"
+# One call for every instance of a relay pass: KEYS are the buckets, ARGV is `now` followed by
+# (rate, burst, want) per key; returns how many each may send.
 _TAKE = """
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local now = tonumber(ARGV[3])
-local want = tonumber(ARGV[4])
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil then tokens = burst; ts = now end
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
-local take = math.min(math.floor(tokens), want)
-tokens = tokens - take
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
-redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
-return take
+local now = tonumber(ARGV[1])
+local granted = {}
+for i, key in ipairs(KEYS) do
+  local rate = tonumber(ARGV[3 * i - 1])
+  local burst = tonumber(ARGV[3 * i])
+  local want = tonumber(ARGV[3 * i + 1])
+  local state = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens = tonumber(state[1])
+  local ts = tonumber(state[2])
+  if tokens == nil then tokens = burst; ts = now end
+  tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+  local take = math.min(math.floor(tokens), want)
+  tokens = tokens - take
+  redis.call('HSET', key, 'tokens', tostring(tokens), 'ts', tostring(now))
+  redis.call('EXPIRE', key, math.ceil(burst / rate) + 60)
+  granted[i] = take
+end
+return granted
 """
 
 
@@ -72,22 +78,36 @@ _redis_down_until = 0.0
 
 def take(instance_id: int, want: int, instance_rate: float | None = None) -> int:
     """How many of `want` sends through this instance may be released now (0..want)."""
+    return take_many({instance_id: (want, instance_rate)})[instance_id]
+
+
+def take_many(wants: dict[int, tuple[int, float | None]]) -> dict[int, int]:
+    """`take` for several instances in one Redis round trip: {instance: (want, own rate)} → granted."""
     global _script, _redis_down_until
-    if want <= 0:
-        return 0
-    rate = rate_for(instance_rate)
-    burst = burst_for(rate)
+    asked = {iid: (want, rate_for(rate)) for iid, (want, rate) in wants.items() if want > 0}
+    granted = {iid: 0 for iid in wants}
+    if not asked:
+        return granted
     now = time.time()
     if time.monotonic() >= _redis_down_until:
         try:
             client = metrics.redis()
             if _script is None:
                 _script = client.register_script(_TAKE)
-            return int(_script(keys=[_KEY.format(instance_id)], args=[rate, burst, now, want], client=client))
+            ids = list(asked)
+            args: list[float] = [now]
+            for iid in ids:
+                want, rate = asked[iid]
+                args += [rate, burst_for(rate), want]
+            answer = _script(keys=[_KEY.format(iid) for iid in ids], args=args, client=client)
+            granted.update({iid: int(n) for iid, n in zip(ids, answer)})
+            return granted
         except Exception as exc:
             _redis_down_until = time.monotonic() + 5.0
             log.warning("pacing on per-process buckets: Redis unavailable (%s)", exc.__class__.__name__)
-    return local_buckets.take(instance_id, rate, burst, want, now)
+    for iid, (want, rate) in asked.items():
+        granted[iid] = local_buckets.take(iid, rate, burst_for(rate), want, now)
+    return granted
 
 
 def reset_local() -> None:

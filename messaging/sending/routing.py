@@ -39,6 +39,8 @@ CIRCUIT_OPEN = "circuit open"
 @dataclass(frozen=True)
 class Route:
     instance: Instance
+    # Both circuits (gateway, instance) were closed when checked: a success is fed back in one go.
+    circuits_closed: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,12 +59,12 @@ def _not_connected(state: str | None) -> bool:
     return state in (ConnectionState.CONNECTING, ConnectionState.CLOSE)
 
 
-def usable(instance: Instance) -> tuple[bool, str, dict[str, Any]]:
+def usable(instance: Instance, circuit_open_until: Any = breaker._LOOK_UP) -> tuple[bool, str, dict[str, Any]]:
     """Is this instance fit to send through right now? Takes the half-open probe when offered."""
     state = instance_state.current(instance)
     if _not_connected(state):
         return False, NOT_CONNECTED, {"instance": instance.name, "state": state}
-    verdict = breaker.check(breaker.instance_scope(instance.name))
+    verdict = breaker.check(breaker.instance_scope(instance.name), until=circuit_open_until)
     if not verdict.allowed:
         return False, CIRCUIT_OPEN, {"instance": instance.name, "circuit": "instance", "retry_at": verdict.retry_at}
     return True, "", {}
@@ -70,14 +72,16 @@ def usable(instance: Instance) -> tuple[bool, str, dict[str, Any]]:
 
 def choose(message: Message, token: uuid.UUID) -> Route | Hold:
     now = timezone.now()
-    gateway_verdict = breaker.check(breaker.GATEWAY)
+    instance = message.instance
+    scope = breaker.instance_scope(instance.name)
+    circuits = breaker.open_untils([breaker.GATEWAY, scope])
+    gateway_verdict = breaker.check(breaker.GATEWAY, until=circuits[breaker.GATEWAY])
     if not gateway_verdict.allowed:
         assert gateway_verdict.retry_at is not None
         return Hold(_epoch(gateway_verdict.retry_at), CIRCUIT_OPEN, {"circuit": "gateway"})
-    instance = message.instance
-    ok, why, detail = usable(instance)
+    ok, why, detail = usable(instance, circuits[scope])
     if ok:
-        return Route(instance)
+        return Route(instance, circuits_closed=all(until is None for until in circuits.values()))
     if not message.requested_instance:
         candidate = _fallback(message, instance)
         if candidate is not None and reroute(message, token, candidate, why):

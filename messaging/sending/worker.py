@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from pilot_status import metrics
 
-from .. import lifecycle
+from .. import lifecycle, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
 from . import backoff, breaker, gateway, instance_state, routing
 
@@ -32,21 +32,15 @@ def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
     """QUEUED → SENDING with a lease; None when another worker has it or it is not due."""
     now = timezone.now()
     token = uuid.uuid4()
-    claimed = Message.objects.filter(
-        pk=message_id,
-        status=Status.QUEUED,
+    message = writes.claim(
+        message_id,
+        token,
+        now,
         # One second of slack for clock skew between the relay's host and this one.
-        next_attempt_at__lte=now + timedelta(seconds=1),
-    ).update(
-        status=Status.SENDING,
-        lease_token=token,
-        lease_expires_at=now + timedelta(seconds=settings.SEND_LEASE_SECONDS),
-        updated_at=now,
+        due_by=now + timedelta(seconds=1),
+        lease_until=now + timedelta(seconds=settings.SEND_LEASE_SECONDS),
     )
-    if not claimed:
-        return None
-    message = Message.objects.select_related("instance", "project").get(pk=message_id)
-    return message, token
+    return None if message is None else (message, token)
 
 
 def typing_delay_ms(text: str) -> int:
@@ -81,7 +75,10 @@ def send_one(message_id: str) -> str:
 
     instance = route.instance
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
-    feed_breakers(instance, outcome)
+    if outcome.kind == gateway.SENT and route.circuits_closed:
+        breaker.record_successes([breaker.instance_scope(instance.name), breaker.GATEWAY])
+    else:
+        feed_breakers(instance, outcome)
     return apply_outcome(message, token, instance, outcome)
 
 
@@ -134,10 +131,12 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
     metrics.messages(f"attempt:{outcome.kind}:{message.lane}")
     if outcome.kind == gateway.SENT:
         attempts = message.attempts + 1
-        message.record(EventKind.ATTEMPT, attempt=attempts, instance=instance.name, **record)
         lifecycle.mark_sent(
             message, token, outcome.message_id, outcome.remote_jid, record,
             extra_update={"attempts": attempts, "unconfirmed_attempt_at": None},
+            attempt_line=writes.TimelineLine(
+                EventKind.ATTEMPT, {"attempt": attempts, "instance": instance.name, **record}, now
+            ),
         )
         if instance.last_gateway_error:
             Instance.objects.filter(pk=instance.pk).update(last_gateway_error="", last_gateway_error_at=None)

@@ -26,6 +26,7 @@ def empty_lanes(db) -> Iterator[None]:
                 conn.default_channel.queue_purge(lane)
 
     purge()
+    dispatch.turn_order = dispatch.TurnOrder()  # what earlier passes released says nothing here
     yield
     purge()
 
@@ -148,3 +149,25 @@ def test_a_row_released_early_becomes_claimable_at_once(empty_lanes, fast_instan
     assert dispatch.release_all_due().released == 1
     assert Message.objects.get(pk=message_id).next_attempt_at <= timezone.now()
     assert worker.claim(message_id) is not None
+
+
+def test_with_one_free_slot_per_pass_projects_take_turns(empty_lanes, fast_instances, settings, alice, carol):
+    # given: alice's older blast and carol's later few, and a lane with room for one task per pass
+    settings.RELAY_LANE_DEPTH = 1
+    add_instance(alice.project, "alice-main")
+    add_instance(carol.project, "carol-main")
+    queue(alice, "MARKETING", 50)
+    queue(carol, "MARKETING", 5)
+
+    # when: four passes, the worker taking the one task between them
+    order = []
+    for _ in range(4):
+        before = dispatched_ids()
+        assert dispatch.release_due().released == 1
+        [released] = dispatched_ids() - before
+        order.append(Message.objects.get(pk=released).project.name)
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge("marketing")
+
+    # then: the project served least recently goes first, not the one with the oldest rows
+    assert order == ["Alice Store", "Carol Bank", "Alice Store", "Carol Bank"]

@@ -1,0 +1,46 @@
+"""What one successful send costs the database: the lane worker's hot path (bench B2).
+
+Counted, not timed: every statement is a round trip and every commit an fsync on Postgres, and on
+a loaded machine each one is a scheduler wake-up of two processes. The numbers are a ceiling a
+change must not raise by accident; lower them freely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connection
+
+from messaging.models import Message
+from messaging.sending import worker
+from tests.messaging.sending_helpers import open_on_simulator, send
+
+
+@contextmanager
+def counted() -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql.split(None, 1)[0].upper())
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        yield statements
+
+
+def test_a_send_costs_three_statements(simulator, alice, alice_instance):
+    open_on_simulator(simulator, alice_instance)
+    assert worker.send_one(str(send(alice).pk)) == "sent"  # learns the instance's state (cached)
+    message = send(alice)
+
+    with counted() as statements:
+        assert worker.send_one(str(message.pk)) == "sent"
+
+    # the claim, the result with its timeline lines (each one statement), and the look for
+    # receipts that raced ahead of the send
+    assert statements == ["WITH", "WITH", "SELECT"], statements
+    message.refresh_from_db()
+    assert message.status == "SENT" and message.attempts == 1 and message.evolution_message_id
+    assert list(message.events.order_by("created_at", "pk").values_list("kind", flat=True))[-2:] == ["ATTEMPT", "STATUS"]
