@@ -203,31 +203,31 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             self._park(message, "not an Evolution event")
             return "parked"
         self._check_connection()
-        with event_lock(inbox.dedup_key(payload)) as acquired:
-            if not acquired:
+        with event_lock(inbox.dedup_key(payload)) as hold:
+            if not hold:
                 # The webhook channel is on it right now: look again after a short delay
                 # instead of spinning on an immediate requeue.
-                metrics.evolution("rabbitmq:requeued")
+                hold.count("rabbitmq:requeued")
                 self._delay(message, LOCKED_DELAY_S, count_as_retry=False, reason="locked by another channel")
                 return "requeued"
             try:
                 event, _ = inbox.record(Channel.RABBITMQ, payload)
             except (OperationalError, InterfaceError) as exc:
                 connection.close()  # a dead connection is not reused for the next message
-                metrics.evolution("rabbitmq:db_unavailable")
+                hold.count("rabbitmq:db_unavailable")
                 self._delay(message, DB_DOWN_DELAY_S, count_as_retry=False, reason=f"database unavailable: {exc}")
                 return "db_unavailable"
             # The row is committed (autocommit); only now may the message be acked.
             if event.processed_at is not None:
-                metrics.evolution("rabbitmq:skipped")
+                hold.count("rabbitmq:skipped")
                 message.ack()
                 return "skipped"
             ok, error = forwarding.forward(payload)
             if ok:
-                metrics.evolution("rabbitmq:forward_ok")
+                hold.count("rabbitmq:forward_ok")
                 message.ack()
                 return "forwarded"
-            metrics.evolution("rabbitmq:forward_fail")
+            hold.count("rabbitmq:forward_fail")
             _note_failure(event, error)
             self._retry_later(message, error)
             return "retry"

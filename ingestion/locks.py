@@ -3,15 +3,18 @@
 A lock is a filter, never the guard: the inbox's unique key and the row lock in
 handlers.apply decide. So when Redis is unreachable the lock is treated as acquired and
 ingestion carries on (design.md §3).
+
+One round trip to take the lock (SET NX EX) and one to give it back; the counters the holder
+bumps meanwhile (`Hold.count`) ride along with the release in the same pipeline.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from redis.exceptions import LockError
+from typing import Any
 
 from pilot_status import metrics
 
@@ -22,24 +25,58 @@ LOCK_PREFIX = "ps:lock:evolution:"
 # handler without keeping a crashed holder's lock for long (seeds B).
 LOCK_TTL_SECONDS = 120
 
+# Delete the lock only if it is still ours: a holder whose lock expired never deletes the next
+# holder's. EVAL, not EVALSHA: a pipeline would otherwise ask SCRIPT EXISTS first (one more trip).
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+class Hold:
+    """What `event_lock` yields: true when this process may handle the event now."""
+
+    def __init__(self, acquired: bool):
+        self.acquired = acquired
+        self.counters: list[str] = []
+
+    def __bool__(self) -> bool:
+        return self.acquired
+
+    def count(self, name: str) -> None:
+        """Bump `ps:metrics:evolution:<name>` when the lock is given back (same round trip)."""
+        self.counters.append(name)
+
 
 @contextmanager
-def event_lock(dedup_key: str) -> Iterator[bool]:
-    """Yields False when another process holds the event right now, True otherwise."""
-    lock = None
+def event_lock(dedup_key: str) -> Iterator[Hold]:
+    """Yields a Hold, false when another process holds the event right now."""
+    key = LOCK_PREFIX + dedup_key
+    token = uuid.uuid4().hex
+    client: Any = None
     try:
-        # redis-py's Lock releases with a token check (Lua), so a holder whose lock expired
-        # never deletes the next holder's lock.
-        lock = metrics.redis().lock(LOCK_PREFIX + dedup_key, timeout=LOCK_TTL_SECONDS, blocking=False)
-        acquired = bool(lock.acquire())
+        client = metrics.redis()
+        acquired = bool(client.set(key, token, nx=True, ex=LOCK_TTL_SECONDS))
     except Exception as exc:  # Redis down or slow: see module docstring
         log.debug("event lock unavailable (%s); relying on the inbox", exc)
-        lock, acquired = None, True
+        client, acquired = None, True
+    hold = Hold(acquired)
     try:
-        yield acquired
+        yield hold
     finally:
-        if lock is not None and acquired:
-            try:
-                lock.release()
-            except (LockError, Exception):  # expired, or Redis went away meanwhile
-                pass
+        _give_back(client, key, token, hold)
+
+
+def _give_back(client: Any, key: str, token: str, hold: Hold) -> None:
+    if client is None:  # no lock was taken; the counters are best effort as always
+        for name in hold.counters:
+            metrics.evolution(name)
+        return
+    if not hold.acquired and not hold.counters:
+        return
+    try:
+        pipe = client.pipeline(transaction=False)
+        if hold.acquired:
+            pipe.eval(_RELEASE, 1, key, token)
+        for name in hold.counters:
+            pipe.incrby(metrics.EVOLUTION + name, 1)
+        pipe.execute()
+    except Exception as exc:  # Redis went away meanwhile: the lock expires, counts are lost
+        log.debug("event lock release / counters failed (%s)", exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ from pilot_status import metrics
 
 from . import handlers, inbox
 from .locks import event_lock
-from .models import Channel, IngestionEvent
+from .models import Channel
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +33,16 @@ def receive_webhook(payload: dict[str, Any]) -> Received:
 
     Database errors propagate (the view answers 503 so that Evolution retries).
     """
-    with event_lock(inbox.dedup_key(payload)) as acquired:
-        if not acquired:
+    with event_lock(inbox.dedup_key(payload)) as hold:
+        if not hold:
             # The other channel (or a duplicate POST) holds it right now and will finish it;
             # if that holder dies, its copy is redelivered or the reconciler picks it up.
-            return _skipped("in_progress_elsewhere")
+            return _skipped("in_progress_elsewhere", hold.count)
         # A copy of an event already processed ends here: one statement after the lock.
         event, _ = inbox.record(Channel.WEBHOOK, payload)
         if event.processed_at is not None:
-            return _skipped(handlers.ALREADY_PROCESSED)
-        return _apply(event)
+            return _skipped(handlers.ALREADY_PROCESSED, hold.count)
+        return _received(handlers.apply(event), hold.count)
 
 
 def receive_forwarded(payload: dict[str, Any]) -> Received:
@@ -54,22 +55,18 @@ def receive_forwarded(payload: dict[str, Any]) -> Received:
         # Claimed as saved but not there (the row was pruned, or a hand-made forward): save it.
         event, _ = inbox.record(Channel.RABBITMQ, payload)
         if event.processed_at is not None:
-            return _skipped(handlers.ALREADY_PROCESSED)
+            return _skipped(handlers.ALREADY_PROCESSED, metrics.evolution)
         outcome = handlers.apply(event)
-    return _received(outcome)
+    return _received(outcome, metrics.evolution)
 
 
-def _apply(event: IngestionEvent) -> Received:
-    return _received(handlers.apply(event))
-
-
-def _received(outcome: str) -> Received:
+def _received(outcome: str, count: Callable[[str], None]) -> Received:
     if outcome == handlers.ALREADY_PROCESSED:
-        return _skipped(outcome)
-    metrics.evolution("webhook:processed")
+        return _skipped(outcome, count)
+    count("webhook:processed")
     return Received(PROCESSED, outcome)
 
 
-def _skipped(reason: str) -> Received:
-    metrics.evolution("webhook:skipped")
+def _skipped(reason: str, count: Callable[[str], None]) -> Received:
+    count("webhook:skipped")
     return Received(SKIPPED, reason)
