@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .launcher import LANES, BenchStack
-from .procstats import CpuMeter
+from .procstats import CpuMeter, server_roots
 from .sizes import Sizes
 from .world import Simulator, World, empty_tables, register_all
 
@@ -35,8 +35,12 @@ class Context:
                 roots.setdefault(process.kind, []).append(process.pid)
         return roots
 
-    def cpu(self) -> CpuMeter:
-        return CpuMeter(self.roots())
+    def cpu(self, servers: bool = False) -> CpuMeter:
+        """CPU per process kind; with `servers`, Postgres, RabbitMQ and Redis too."""
+        roots = self.roots()
+        if servers:
+            roots.update(server_roots())
+        return CpuMeter(roots)
 
     def fresh(self, ack_delays_ms: dict[str, float | None] | None = None) -> None:
         """Empty tables and queues, reset the simulator: every run starts from the same state."""

@@ -118,6 +118,16 @@ def _details(results: dict[str, Any]) -> list[str]:
             out.append(f"| {i + 1} | {num(b2['baseline_tasks_per_s']['runs'][i])} | {num(r['sent_rate'])} | {num(r['read_rate'])} "
                        f"| {r['all_sent']} ({num(r['sent_s'], 1)} s) | {r['all_read']} ({num(r['read_s'], 1)} s) "
                        f"| {r['simulator_send_text']['total']:,} | {100 * r['simulator_cpu_share']:.0f} % |")
+        first = b2["runs"][0]
+        if first.get("cpu_ms_per_message"):
+            task, message = first["cpu_ms_per_task"], first["cpu_ms_per_message"]
+            kinds = [k for k in message if k != "machine"] + ["machine"]
+            out += ["", "CPU milliseconds per unit of work in run 1 (all cores, whole machine): one trivial task of the "
+                    "baseline against one message from its accept to READ (its send, its four events on both channels, "
+                    "the relay's share and the servers'). `machine` is every busy CPU, the load generator included.", "",
+                    "| process kind | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds),
+                    "| per trivial task | " + " | ".join(num(task.get(k), 2) for k in kinds) + " |",
+                    "| per message | " + " | ".join(num(message.get(k), 2) for k in kinds) + " |"]
         out += ["", "Peak RSS per process (sampled every 0.5 s during the first run): " +
                 ", ".join(f"{k} {num(v)} MB" for k, v in b2["peak_rss_mb"].items()), ""]
     if b3 := sc.get("B3"):

@@ -94,12 +94,17 @@ def run(ctx: Context) -> dict[str, Any]:
     sampler = Sampler(ctx.roots())
     with ctx.cpu() as meter:
         for n in range(sizes.b2_runs):
-            baselines.append(baseline(ctx, count))
+            with ctx.cpu(servers=True) as base_cpu:
+                baselines.append(baseline(ctx, count))
             sim_cpu = ctx.sim.stats()["cpu_seconds"]
-            with sampler if n == 0 else _Nothing():
+            with sampler if n == 0 else _Nothing(), ctx.cpu(servers=True) as pipe_cpu:
                 t = time.monotonic()
                 result = pipeline(ctx, count)
                 result["simulator_cpu_share"] = round((ctx.sim.stats()["cpu_seconds"] - sim_cpu) / (time.monotonic() - t), 3)
+            # Where each unit of work costs CPU, whole machine: a message from accept to READ
+            # (sends, receipts on both channels, relay, servers) against one trivial task.
+            result["cpu_ms_per_task"] = per_unit(base_cpu, count)
+            result["cpu_ms_per_message"] = per_unit(pipe_cpu, count)
             runs.append(result)
             ctx.log(f"  B2 run {n + 1}: baseline {baselines[-1]:.0f} tasks/s, SENT {result['sent_rate']:.0f}/s, "
                     f"READ {result['read_rate']:.0f}/s (sim CPU {result['simulator_cpu_share']:.0%} of one core)")
@@ -122,6 +127,12 @@ def run(ctx: Context) -> dict[str, Any]:
         "rss_met": rss.get("worker", 0) <= 150 and rss.get("web", 0) <= 120,
         "cpu": cpu_summary(meter),
     }
+
+
+def per_unit(meter: Any, count: int) -> dict[str, float]:
+    per = {kind: round(1000 * seconds / count, 2) for kind, seconds in sorted(meter.by_kind.items())}
+    per["machine"] = round(1000 * meter.machine_busy / count, 2)
+    return per
 
 
 class _Nothing:
