@@ -135,6 +135,17 @@ def test_accepting_is_one_read_and_one_write(alice, alice_instance):
     assert record.response == body
 
 
+def test_the_read_and_the_write_are_prepared_statements(alice, alice_instance):
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    req = SendRequest(to=RECIPIENT, category="UTILITY", template="Hello")
+    for i in range(3):
+        accept_message(alice.project, None, "LIVE", req, f"prepared-{i}", "hash")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert [s for s in prepared if "INSERT INTO messaging_message" in s] and [s for s in prepared if "opted_in" in s]
+
+
 def test_an_urgent_message_gets_an_urgent_outbox_row(alice, alice_instance):
     opt_ins.record(alice.project, RECIPIENT, "form")
     body = accept_message(alice.project, None, "LIVE", SendRequest(RECIPIENT, "OTP", "123", priority="urgent"))
