@@ -4,6 +4,9 @@
 talks about is not known yet (the ack raced ahead of the worker's commit), the event stays
 unprocessed and is applied as soon as the send is recorded (`apply_waiting_for`, on the
 domain's `message_sent` signal) or, failing that, by the reconciler.
+
+`ingest(channel, payload)` is the webhook's way in: store and apply in one transaction, so a new
+event costs one commit (each commit is an fsync: the dominant cost of an event under load).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -20,6 +23,7 @@ from messaging import lifecycle
 from messaging.models import FailureReason, Instance, Message, Status
 from messaging.sending import instance_state
 
+from . import inbox
 from .models import IngestionEvent
 
 log = logging.getLogger(__name__)
@@ -48,24 +52,75 @@ def apply_saved(dedup_key: str) -> str | None:
     return _apply_locked(IngestionEvent.objects.filter(dedup_key=dedup_key))
 
 
+def ingest(channel: str, payload: dict[str, Any]) -> str:
+    """Store the raw event (channel) and apply it, in one transaction; ALREADY_PROCESSED for a copy.
+
+    The new row is ours until the commit: an uncommitted insert holds the unique key (a
+    concurrent copy's insert waits for us, then finds it processed), so it is as good as the
+    row lock `apply` takes. Two things differ from storing first and applying after:
+    - a send committing while we looked for its message cannot see our row yet, so after
+      committing a receipt that waits for its message we look once more (`_recheck`);
+    - if the business logic fails with anything but a database error, the transaction is
+      rolled back and the raw event is stored again, unprocessed, before the error goes on
+      (the reconciler retries it, as when the effect failed after a separate insert).
+    """
+    try:
+        with transaction.atomic():
+            event, created = inbox.record(channel, payload)
+            if created:
+                outcome = _finish(event)
+            elif event.processed_at is not None:
+                return ALREADY_PROCESSED
+    except DatabaseError:
+        raise
+    except Exception:
+        _keep_unprocessed(channel, payload)
+        raise
+    if not created:
+        # Stored earlier and still unprocessed (waiting for its message, or its holder died).
+        return apply(event)
+    if outcome == WAITING:
+        return _recheck(event)
+    return outcome
+
+
+def _keep_unprocessed(channel: str, payload: dict[str, Any]) -> None:
+    try:
+        inbox.record(channel, payload)
+    except Exception:
+        log.exception("could not keep the raw event after its handler failed")
+
+
+def _recheck(event: IngestionEvent) -> str:
+    """A receipt committed as waiting: its send may have committed while we looked (and then
+    not seen our uncommitted row). Any send committing after this look will see the row."""
+    if _message_for(event) is None:
+        return WAITING
+    return apply(event)
+
+
 def _apply_locked(rows: QuerySet[IngestionEvent]) -> str | None:
     with transaction.atomic():
         # The row lock serialises both channels and the reconciler on one event, even with
-        # Redis down; processed_at is re-read under it. The row was committed before this
-        # (inbox.record runs in autocommit), so a send committing meanwhile finds it and
-        # waits here for us (apply_waiting_for): an early receipt is never missed.
+        # Redis down; processed_at is re-read under it. The row was committed before this,
+        # so a send committing meanwhile finds it and waits here for us (apply_waiting_for).
         locked = rows.select_for_update().first()
         if locked is None:
             return None
         if locked.processed_at is not None:
             return ALREADY_PROCESSED
-        outcome = _effect(locked)
-        if outcome == WAITING and timezone.now() - locked.received_at > UNMATCHED_AFTER:
-            outcome = "unmatched"
-        locked.outcome = outcome
-        if outcome != WAITING:
-            locked.processed_at = timezone.now()
-        IngestionEvent.objects.filter(pk=locked.pk).update(outcome=locked.outcome, processed_at=locked.processed_at)
+        return _finish(locked)
+
+
+def _finish(event: IngestionEvent) -> str:
+    """The effect, then the row's outcome and processed_at (the caller holds the row)."""
+    outcome = _effect(event)
+    if outcome == WAITING and timezone.now() - event.received_at > UNMATCHED_AFTER:
+        outcome = "unmatched"
+    event.outcome = outcome
+    if outcome != WAITING:
+        event.processed_at = timezone.now()
+    IngestionEvent.objects.filter(pk=event.pk).update(outcome=event.outcome, processed_at=event.processed_at)
     return outcome
 
 

@@ -138,8 +138,9 @@ _EXISTING = """
 def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]:
     """Store the raw event once; returns (row, created). Concurrent channels meet at the unique key.
 
-    Runs in autocommit: when it returns, the row is committed (the consumer acks after this).
-    One round trip in the usual cases (new event, or a copy of one already stored). The row
+    In autocommit (the consumer) the row is committed when this returns, so the consumer may
+    ack; inside a transaction (handlers.ingest) a new row stays ours until that commits. One
+    round trip in the usual cases (new event, or a copy of one already stored). The row
     returned carries the identity fields and processing state; `payload` is this copy's.
     """
     key = dedup_key(payload)

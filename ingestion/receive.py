@@ -38,11 +38,9 @@ def receive_webhook(payload: dict[str, Any]) -> Received:
             # The other channel (or a duplicate POST) holds it right now and will finish it;
             # if that holder dies, its copy is redelivered or the reconciler picks it up.
             return _skipped("in_progress_elsewhere", hold.count)
-        # A copy of an event already processed ends here: one statement after the lock.
-        event, _ = inbox.record(Channel.WEBHOOK, payload)
-        if event.processed_at is not None:
-            return _skipped(handlers.ALREADY_PROCESSED, hold.count)
-        return _received(handlers.apply(event), hold.count)
+        # A new event is stored and applied in one transaction (one commit); a copy of one
+        # already processed ends at its first statement.
+        return _received(handlers.ingest(Channel.WEBHOOK, payload), hold.count)
 
 
 def receive_forwarded(payload: dict[str, Any]) -> Received:
@@ -53,10 +51,7 @@ def receive_forwarded(payload: dict[str, Any]) -> Received:
     outcome = handlers.apply_saved(inbox.dedup_key(payload))
     if outcome is None:
         # Claimed as saved but not there (the row was pruned, or a hand-made forward): save it.
-        event, _ = inbox.record(Channel.RABBITMQ, payload)
-        if event.processed_at is not None:
-            return _skipped(handlers.ALREADY_PROCESSED, metrics.evolution)
-        outcome = handlers.apply(event)
+        outcome = handlers.ingest(Channel.RABBITMQ, payload)
     return _received(outcome, metrics.evolution)
 
 

@@ -12,7 +12,7 @@ from ingestion.models import IngestionEvent
 from messaging import lifecycle
 from messaging.accept import enqueue
 from messaging.models import Message, OutboxEntry, Status
-from tests.ingestion.helpers import KEY_ID, make_message, receipt, sample
+from tests.ingestion.helpers import KEY_ID, make_message, rabbit_copy, receipt, sample
 
 
 def ingest(payload):
@@ -164,3 +164,61 @@ def test_a_reconnect_releases_the_messages_waiting_for_the_instance(alice, alice
     assert outcome == "state_changed"
     entry = OutboxEntry.objects.get(pk=entry.pk)
     assert entry.available_at <= timezone.now()
+
+
+def test_a_new_event_is_stored_and_applied_in_one_transaction(sent_message):
+    # handlers.ingest: one commit for the row and its effect
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        assert handlers.ingest("WEBHOOK", receipt("DELIVERY_ACK")) == "applied"
+    event = IngestionEvent.objects.get()
+    assert event.channel == "WEBHOOK" and event.processed_at is not None and event.outcome == "applied"
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.DELIVERED
+    # one transaction: a single savepoint under the test's own transaction
+    assert sum(1 for q in queries if q["sql"].startswith("SAVEPOINT")) == 1
+    assert handlers.ingest("RABBITMQ", rabbit_copy(receipt("DELIVERY_ACK"))) == handlers.ALREADY_PROCESSED
+    assert IngestionEvent.objects.count() == 1
+
+
+def test_a_receipt_whose_send_commits_while_it_looked_is_applied_by_the_second_look(alice, alice_instance, monkeypatch):
+    # given: the receipt's message is not there when ingest looks inside its transaction ...
+    message = make_message(alice.project, alice_instance, status=Status.SENDING, key_id="")
+    real = handlers._message_for
+    looks = []
+
+    def racing_lookup(event):
+        looks.append(event.pk)
+        if len(looks) == 1:
+            found = real(event)
+            # ... and the send commits right then (its message_sent hook cannot see our row yet)
+            Message.objects.filter(pk=message.pk).update(status=Status.SENT, evolution_message_id=KEY_ID)
+            return found
+        return real(event)
+
+    monkeypatch.setattr(handlers, "_message_for", racing_lookup)
+
+    # when
+    outcome = handlers.ingest("WEBHOOK", receipt("DELIVERY_ACK"))
+
+    # then: the look after the commit finds it and applies the receipt at once
+    assert outcome == "applied"
+    message.refresh_from_db()
+    assert message.status == Status.DELIVERED
+    assert IngestionEvent.objects.get().processed_at is not None
+
+
+def test_a_handler_failure_keeps_the_raw_event_unprocessed(sent_message, monkeypatch):
+    def broken(event):
+        raise RuntimeError("bug in a handler")
+
+    monkeypatch.setattr(handlers, "_effect", broken)
+    with pytest.raises(RuntimeError):
+        handlers.ingest("WEBHOOK", receipt("READ"))
+
+    event = IngestionEvent.objects.get()
+    assert event.processed_at is None and event.channel == "WEBHOOK"  # the reconciler retries it
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.SENT
