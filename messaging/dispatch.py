@@ -17,6 +17,7 @@ claim turns the second into a no-op. Rows held back (depth or pace) simply stay 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from django.utils import timezone
 
 from pilot_status.celery import LANES, SEND_TASK, app
 
-from .models import EventKind, Message, MessageEvent, OutboxEntry
+from .models import EventKind, Message, OutboxEntry
 from .sending import pacing
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ WITH RECURSIVE projects(pid) AS (
              ORDER BY o.project_id_copy LIMIT 1)
     FROM projects WHERE projects.pid IS NOT NULL
 )
-SELECT c.id, c.message_id, m.instance_id, i.send_rate_per_second, p.pid, c.turn
+SELECT c.id, c.message_id, m.instance_id, i.send_rate_per_second, p.pid, c.turn, m.next_attempt_at > %(now)s
 FROM projects p
 CROSS JOIN LATERAL (
     SELECT o.id, o.message_id,
@@ -66,6 +67,19 @@ JOIN messaging_message m ON m.id = c.message_id
 JOIN messaging_instance i ON i.id = m.instance_id
 WHERE p.pid IS NOT NULL
 ORDER BY c.turn, p.pid
+"""
+
+
+# The released rows leave the outbox, their messages are stamped and their timelines say so: one
+# statement inside the release's transaction.
+_RELEASED = """
+WITH released AS (
+    DELETE FROM messaging_outboxentry WHERE id = ANY(%(ids)s) RETURNING message_id
+), stamped AS (
+    UPDATE messaging_message SET dispatched_at = %(now)s WHERE id IN (SELECT message_id FROM released) RETURNING id
+)
+INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
+SELECT id, %(kind)s, '', %(detail)s::jsonb, %(now)s FROM stamped
 """
 
 
@@ -86,6 +100,7 @@ class Candidate:
     rate: float | None
     project_id: int = 0
     turn: int = 1
+    early: bool = False  # made due before its message's next_attempt_at (a reconnect)
 
 
 class TurnOrder:
@@ -132,7 +147,7 @@ def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[C
     budget = slots * _CANDIDATES_PER_SLOT
     with connection.cursor() as cursor:
         cursor.execute(_TURNS, {"lane": lane, "now": now, "slots": slots, "budget": budget})
-        rows = [Candidate(pk, str(mid), iid, rate, pid, turn) for pk, mid, iid, rate, pid, turn in cursor.fetchall()]
+        rows = [Candidate(pk, str(mid), iid, rate, pid, turn, early) for pk, mid, iid, rate, pid, turn, early in cursor.fetchall()]
     projects = {c.project_id for c in rows}
     per_project = max(slots, budget // max(1, len(projects)))
     truncated = any(c.turn == per_project for c in rows) or len(rows) > budget
@@ -165,9 +180,9 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
         return Release()
     # Released means due. A row made due early (a reconnect) must be claimable the moment its
     # task lands, and a worker may get the task before the release below commits: commit this first.
-    Message.objects.filter(pk__in=[c.message_id for c in candidates], next_attempt_at__gt=now).update(
-        next_attempt_at=now
-    )
+    early = [c.message_id for c in candidates if c.early]
+    if early:
+        Message.objects.filter(pk__in=early, next_attempt_at__gt=now).update(next_attempt_at=now)
     with transaction.atomic():
         locked = set(
             OutboxEntry.objects.select_for_update(skip_locked=True)
@@ -185,15 +200,9 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
                 app.send_task(
                     SEND_TASK, args=[candidate.message_id], queue=lane, routing_key=lane, producer=producer
                 )
-        message_ids = [c.message_id for c in chosen]
-        Message.objects.filter(pk__in=message_ids).update(dispatched_at=now)
-        OutboxEntry.objects.filter(pk__in=[c.pk for c in chosen]).delete()
-        MessageEvent.objects.bulk_create(
-            [
-                MessageEvent(message_id=mid, kind=EventKind.DISPATCHED, detail={"lane": lane}, created_at=now)
-                for mid in message_ids
-            ]
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(_RELEASED, {"ids": [c.pk for c in chosen], "now": now, "kind": EventKind.DISPATCHED,
+                                       "detail": json.dumps({"lane": lane})})
     turn_order.released(lane, chosen)  # committed: these projects have had their turn
     return Release(len(chosen), held)
 
