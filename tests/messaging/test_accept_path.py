@@ -202,3 +202,39 @@ def test_a_key_used_by_another_project_is_not_replayed(alice, alice_instance, ca
                                      response={"id": "alice's"})
     response = carol.client().post(URL, BODY, format="json", HTTP_IDEMPOTENCY_KEY="shared-name")
     assert response.status_code == 202 and response.json()["instance"] == "carol-main"
+
+
+# ---- the first read is the connection's health check --------------------------------------
+
+def test_a_pooled_connection_postgres_dropped_is_replaced_not_answered_503(transactional_db, alice, alice_instance):
+    from django.db import connections
+
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    client = alice.client()
+    assert client.post(URL, BODY, format="json").status_code == 202  # key cached, connection open
+    pid = connection.connection.info.backend_pid
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+    connection.health_check_done = False  # a new request on the pooled connection (request_started)
+
+    response = client.post(URL, dict(BODY, text="after"), format="json")
+
+    assert response.status_code == 202, response.content
+    assert connection.connection.info.backend_pid != pid
+    assert Message.objects.filter(text="after").count() == 1
+
+
+def test_no_separate_health_check_before_the_read(transactional_db, alice, alice_instance, monkeypatch):
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    client = alice.client()
+    assert client.post(URL, BODY, format="json").status_code == 202
+    checks = []
+    monkeypatch.setattr(connection, "is_usable", lambda: checks.append("SELECT 1") or True)
+    connection.health_check_done = False  # a new request on the pooled connection
+    with CaptureQueriesContext(connection) as queries:
+        assert client.post(URL, BODY, format="json").status_code == 202
+    assert len(queries) == 2 and checks == [], ([str(q["sql"])[:60] for q in queries], checks)
