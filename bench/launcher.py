@@ -107,7 +107,8 @@ class StackConfig:
     web_args: list[str] = field(default_factory=list)  # extra gunicorn flags, e.g. a worker class to compare
     # The webhook pool (Procfile `webhook`); BENCH_WEBHOOK_WORKERS / BENCH_WEBHOOK_ARGS to compare others.
     webhook_workers: int = field(default_factory=lambda: int(os.environ.get("BENCH_WEBHOOK_WORKERS", "4")))
-    webhook_args: list[str] = field(default_factory=lambda: os.environ.get("BENCH_WEBHOOK_ARGS", "").split())
+    webhook_args: list[str] = field(default_factory=lambda: os.environ.get(
+        "BENCH_WEBHOOK_ARGS", "--worker-class gthread --threads 4").split())
     log_dir: Path = ROOT / "artifacts" / "bench-logs"
     extra_env: dict[str, str] = field(default_factory=dict)
 
