@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db import connection, models
+from django.db import connection, models, transaction
+
+from pilot_status import metrics
 
 from .models import Instance, Message, MessageEvent, Project
 
@@ -126,7 +128,7 @@ def compare_and_set(
     if lease_token is not None:
         where += " AND lease_token = %s"
         params.append(lease_token)
-    sql = f"WITH changed AS (UPDATE messaging_message SET {', '.join(assignments)} WHERE {where} RETURNING id)"
+    sql = f"WITH changed AS (UPDATE messaging_message SET {', '.join(assignments)} WHERE {where} RETURNING id, category)"
     if lines:
         rows = ", ".join(["(%s::varchar, %s::varchar, %s::jsonb, %s::timestamptz, %s::int)"] * len(lines))
         for position, line in enumerate(lines):
@@ -139,8 +141,14 @@ timeline AS (
      ORDER BY e.position
     RETURNING 1
 )"""
-    sql += " SELECT count(*) FROM changed"
+    sql += " SELECT category FROM changed"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    return bool(row and row[0])
+    if row is None:
+        return False
+    # As a saved MessageEvent would (metrics.count_message_event): the timeline's counters.
+    names = [name for line in lines for name in metrics.message_counter_names(line.kind, line.detail, row[0].lower())]
+    if names:
+        transaction.on_commit(lambda: [metrics.messages(name) for name in names])
+    return True

@@ -15,6 +15,7 @@ from django.db import connection
 
 from messaging.models import Message
 from messaging.sending import worker
+from pilot_status import metrics
 from tests.messaging.sending_helpers import open_on_simulator, send
 
 
@@ -35,6 +36,9 @@ def test_a_send_costs_three_statements(simulator, alice, alice_instance):
     assert worker.send_one(str(send(alice).pk)) == "sent"  # learns the instance's state (cached)
     message = send(alice)
 
+    sent_counter = "ps:metrics:messages:status:SENT:utility"
+    before = int(metrics.redis().get(sent_counter) or 0)
+
     with counted() as statements:
         assert worker.send_one(str(message.pk)) == "sent"
 
@@ -43,4 +47,5 @@ def test_a_send_costs_three_statements(simulator, alice, alice_instance):
     assert statements == ["WITH", "WITH", "SELECT"], statements
     message.refresh_from_db()
     assert message.status == "SENT" and message.attempts == 1 and message.evolution_message_id
+    assert int(metrics.redis().get(sent_counter) or 0) == before + 1  # counted as a saved event would be
     assert list(message.events.order_by("created_at", "pk").values_list("kind", flat=True))[-2:] == ["ATTEMPT", "STATUS"]
