@@ -150,5 +150,10 @@ timeline AS (
     # As a saved MessageEvent would (metrics.count_message_event): the timeline's counters.
     names = [name for line in lines for name in metrics.message_counter_names(line.kind, line.detail, row[0].lower())]
     if names:
-        transaction.on_commit(lambda: [metrics.messages(name) for name in names])
+        transaction.on_commit(lambda: _count(names))
     return True
+
+
+def _count(names: list[str]) -> None:
+    for name in names:
+        metrics.messages(name)

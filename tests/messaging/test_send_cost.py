@@ -31,7 +31,7 @@ def counted() -> Iterator[list[str]]:
         yield statements
 
 
-def test_a_send_costs_three_statements(simulator, alice, alice_instance):
+def test_a_send_costs_three_statements(simulator, alice, alice_instance, django_capture_on_commit_callbacks):
     open_on_simulator(simulator, alice_instance)
     assert worker.send_one(str(send(alice).pk)) == "sent"  # learns the instance's state (cached)
     message = send(alice)
@@ -39,7 +39,7 @@ def test_a_send_costs_three_statements(simulator, alice, alice_instance):
     sent_counter = "ps:metrics:messages:status:SENT:utility"
     before = int(metrics.redis().get(sent_counter) or 0)
 
-    with counted() as statements:
+    with django_capture_on_commit_callbacks(execute=True), counted() as statements:
         assert worker.send_one(str(message.pk)) == "sent"
 
     # the claim, the result with its timeline lines (each one statement), and the look for
