@@ -19,7 +19,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
-from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]  # not in django-stubs
 from django.db.models import Model
 from django.db.models.fields import AutoFieldMixin
 from django.db.models.signals import post_save
@@ -27,6 +26,7 @@ from django.utils import timezone
 
 from . import rules
 from .errors import Rejected
+from .prepared import prepared_cursor
 from .models import (
     ApiKey,
     EventKind,
@@ -77,32 +77,6 @@ class AnsweredBefore(Exception):
 def reject(code: str, **details: Any) -> Rejected:
     status, text = _ERROR_TEXT[code]
     return Rejected(status, code, text, details)
-
-
-# ---- prepared statements -----------------------------------------------------------------
-
-class _PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
-    """Server-side parameters, and the statement prepared on its first use on a connection.
-
-    The funnel's read and the accept write are the same two statements on every request; once
-    prepared, Postgres no longer parses and plans them each time (about half of Postgres' CPU per
-    accepted message, measured in issue 7). The rest of the project keeps Django's defaults
-    (client-side binding, no prepared statements).
-    """
-
-    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None) -> Any:
-        return super().execute(query, params, prepare=True, binary=binary)
-
-
-def _prepared_cursor() -> Any:
-    """A Django cursor (health check, error wrapping, query logging) over a _PreparedCursor."""
-    db = connections[DEFAULT_DB_ALIAS]
-    db.close_if_health_check_failed()
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    with db.wrap_database_errors:
-        raw = _PreparedCursor(db.connection)
-    return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
 
 
 # ---- the read: everything the funnel needs, in one query ----------------------------------
@@ -159,7 +133,7 @@ class FunnelFacts:
 
 
 def _read(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with _prepared_cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
 
@@ -322,7 +296,7 @@ def _write(rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime)
         params += values
     outbox = next(i for i, obj in enumerate(rows) if isinstance(obj, OutboxEntry))
     sql = f"WITH {', '.join(ctes)} SELECT pg_notify(%s, w{outbox}.lane) FROM w{outbox}"
-    with _prepared_cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [*params, OUTBOX_CHANNEL])
         written = cursor.fetchone() is not None
     if written:

@@ -20,6 +20,7 @@ from django.db import connection, models, transaction
 from pilot_status import metrics
 
 from .models import Instance, Message, MessageEvent, Project
+from .prepared import prepared_cursor
 
 M = TypeVar("M", bound=models.Model)
 
@@ -85,7 +86,7 @@ def claim(
     sql = _CLAIM.format(
         message=_select_list(Message, "m"), instance=_select_list(Instance, "i"), project=_select_list(Project, "p")
     )
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             sql,
             {"sending": "SENDING", "queued": "QUEUED", "token": token, "lease_until": lease_until, "now": now,
@@ -142,7 +143,7 @@ timeline AS (
     RETURNING 1
 )"""
     sql += " SELECT category FROM changed"
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
