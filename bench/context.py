@@ -104,3 +104,12 @@ def cpu_summary(meter: CpuMeter) -> dict[str, Any]:
         "cpu_s": {kind: round(value, 2) for kind, value in sorted(meter.by_kind.items())},
         "share": {kind: round(value / capacity, 3) for kind, value in sorted(meter.by_kind.items())} if capacity else {},
     }
+
+
+def per_unit(meter: CpuMeter, count: int) -> dict[str, float]:
+    """CPU milliseconds per unit of work (request, message, task) for each kind, and the machine's."""
+    if count <= 0:
+        return {}
+    per = {kind: round(1000 * seconds / count, 2) for kind, seconds in sorted(meter.by_kind.items())}
+    per["machine"] = round(1000 * meter.machine_busy / count, 2)
+    return per

@@ -93,6 +93,15 @@ def _cpu(name: str, cpu: dict[str, Any]) -> str:
             f"by process kind: {parts}")
 
 
+def _per_unit_table(caption: str, rows: dict[str, dict[str, float]]) -> list[str]:
+    if not rows:
+        return []
+    kinds = sorted({k for row in rows.values() for k in row if k != "machine"}) + ["machine"]
+    out = [caption, "", "| | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    out += [f"| {name} | " + " | ".join(num(row.get(k), 2) for k in kinds) + " |" for name, row in rows.items()]
+    return out + [""]
+
+
 def _details(results: dict[str, Any]) -> list[str]:
     sc = results["scenarios"]
     out: list[str] = []
@@ -109,6 +118,8 @@ def _details(results: dict[str, Any]) -> list[str]:
             out.append(f"| {labels[name]} | {spread(f['rate'])} | {spread(f['p50_ms'], 1, ' ms')} | "
                        f"{spread(f['p99_ms'], 1, ' ms')} | {f['errors']} |")
         out += ["", f"Without the Idempotency-Key the ratio is {num(b1['ratio_no_idempotency_key'], 2)}×.", ""]
+        out += _per_unit_table("CPU milliseconds per request in run 1 (all cores; `machine` is every busy CPU, wrk "
+                               "included):", {labels[k]: v for k, v in b1.get("cpu_ms_per_request", {}).items()})
     if b2 := sc.get("B2"):
         out += ["### B2 pipeline", "",
                 f"{b2['messages']:,} messages (a third per lane) written by the bulk accept path; clock from its commit.", "",
@@ -120,15 +131,12 @@ def _details(results: dict[str, Any]) -> list[str]:
                        f"| {r['simulator_send_text']['total']:,} | {100 * r['simulator_cpu_share']:.0f} % |")
         first = b2["runs"][0]
         if first.get("cpu_ms_per_message"):
-            task, message = first["cpu_ms_per_task"], first["cpu_ms_per_message"]
-            kinds = [k for k in message if k != "machine"] + ["machine"]
-            out += ["", "CPU milliseconds per unit of work in run 1 (all cores, whole machine): one trivial task of the "
-                    "baseline against one message from its accept to READ (its send, its four events on both channels, "
-                    "the relay's share and the servers'). `machine` is every busy CPU, the load generator included.", "",
-                    "| process kind | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds),
-                    "| per trivial task | " + " | ".join(num(task.get(k), 2) for k in kinds) + " |",
-                    "| per message | " + " | ".join(num(message.get(k), 2) for k in kinds) + " |"]
-        out += ["", "Peak RSS per process (sampled every 0.5 s during the first run): " +
+            out += [""] + _per_unit_table(
+                "CPU milliseconds per unit of work in run 1 (all cores): one trivial task of the baseline against one "
+                "message from its accept to READ (its send, its four events on both channels, the relay's share and "
+                "the servers'). `machine` is every busy CPU, the load generator included.",
+                {"per trivial task": first["cpu_ms_per_task"], "per message": first["cpu_ms_per_message"]})
+        out += ["Peak RSS per process (sampled every 0.5 s during the first run): " +
                 ", ".join(f"{k} {num(v)} MB" for k, v in b2["peak_rss_mb"].items()), ""]
     if b3 := sc.get("B3"):
         out += ["### B3 OTP latency behind a marketing backlog", "",

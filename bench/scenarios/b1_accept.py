@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import Context
+from ..context import Context, per_unit
 from ..loadgen import LoadResult, post_load
 from ..stats import Spread, ratio
 from ..world import empty_tables
@@ -49,18 +49,25 @@ def run(ctx: Context) -> dict[str, Any]:
     ctx.stack.stop_process("relay")
     runs: dict[str, list[LoadResult]] = {"baseline": [], "funnel": [], "funnel_no_idempotency_key": []}
     accepted_rows_ok = True
+    cpu_per_request: dict[str, dict[str, float]] = {}  # first run: where one request's CPU goes
     try:
         empty_tables()
         warm_up(ctx, body)
         with ctx.cpu() as meter:
             for n in range(sizes.runs):
                 empty_tables()
-                runs["baseline"].append(
-                    post_load(ctx.stack.web_url + BASELINE_PATH, body, sizes.b1_connections, sizes.b1_seconds))
+                with ctx.cpu(servers=True) as path_cpu:
+                    runs["baseline"].append(
+                        post_load(ctx.stack.web_url + BASELINE_PATH, body, sizes.b1_connections, sizes.b1_seconds))
+                if n == 0:
+                    cpu_per_request["baseline"] = per_unit(path_cpu, runs["baseline"][-1].requests)
                 for name, idempotency in (("funnel", True), ("funnel_no_idempotency_key", False)):
                     empty_tables()
-                    result = post_load(ctx.stack.web_url + SEND_PATH, body, sizes.b1_connections, sizes.b1_seconds,
-                                       token=ctx.world.a.live_key, idempotency=idempotency)
+                    with ctx.cpu(servers=True) as path_cpu:
+                        result = post_load(ctx.stack.web_url + SEND_PATH, body, sizes.b1_connections, sizes.b1_seconds,
+                                           token=ctx.world.a.live_key, idempotency=idempotency)
+                    if n == 0:
+                        cpu_per_request[name] = per_unit(path_cpu, result.requests)
                     # Every 202 must be a stored message: a fast answer that stored nothing is no figure.
                     stored = Message.objects.count()
                     accepted_rows_ok &= stored >= result.requests - result.errors
@@ -92,4 +99,5 @@ def run(ctx: Context) -> dict[str, Any]:
         "met": ratio(funnel["rate"]["median"], base) >= 0.7 and funnel["p99_ms"]["median"] <= 25.0
         and funnel["errors"] == 0,
         "cpu": cpu_summary(meter),
+        "cpu_ms_per_request": cpu_per_request,
     }

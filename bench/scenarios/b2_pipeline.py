@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ..backlog import bulk_accept, live_key
-from ..context import Context, cpu_summary, wait_for
+from ..context import Context, cpu_summary, per_unit, wait_for
 from ..launcher import LANES
 from ..procstats import Sampler
 from ..stats import Spread, ratio
@@ -127,12 +127,6 @@ def run(ctx: Context) -> dict[str, Any]:
         "rss_met": rss.get("worker", 0) <= 150 and rss.get("web", 0) <= 120,
         "cpu": cpu_summary(meter),
     }
-
-
-def per_unit(meter: Any, count: int) -> dict[str, float]:
-    per = {kind: round(1000 * seconds / count, 2) for kind, seconds in sorted(meter.by_kind.items())}
-    per["machine"] = round(1000 * meter.machine_busy / count, 2)
-    return per
 
 
 class _Nothing:
