@@ -10,6 +10,7 @@ from typing import Any
 from pilot_status import metrics
 
 from . import handlers, inbox
+from .connection import checking_connection
 from .locks import event_lock
 from .models import Channel
 
@@ -40,7 +41,7 @@ def receive_webhook(payload: dict[str, Any]) -> Received:
             return _skipped("in_progress_elsewhere", hold.count)
         # A new event is stored and applied in one transaction (one commit); a copy of one
         # already processed ends at its first statement.
-        return _received(handlers.ingest(Channel.WEBHOOK, payload), hold.count)
+        return _received(checking_connection(lambda: handlers.ingest(Channel.WEBHOOK, payload)), hold.count)
 
 
 def receive_forwarded(payload: dict[str, Any]) -> Received:
@@ -48,7 +49,8 @@ def receive_forwarded(payload: dict[str, Any]) -> Received:
 
     No lock here: the forwarding consumer holds it while it waits for this answer.
     """
-    outcome = handlers.apply_saved(inbox.dedup_key(payload))
+    key = inbox.dedup_key(payload)
+    outcome = checking_connection(lambda: handlers.apply_saved(key))
     if outcome is None:
         # Claimed as saved but not there (the row was pruned, or a hand-made forward): save it.
         outcome = handlers.ingest(Channel.RABBITMQ, payload)

@@ -272,3 +272,50 @@ def test_a_copy_of_a_processed_event_costs_one_statement(sent_message, alice_ins
     # one statement (its transaction's BEGIN/COMMIT, savepoints under the test's transaction aside)
     statements = [q["sql"] for q in queries if "SAVEPOINT" not in q["sql"]]
     assert len(statements) == 1, statements
+
+
+
+def between_requests():
+    # What gunicorn's request_started does (Django's test client skips it): a pooled connection
+    # is due for its health check again.
+    from django.db import close_old_connections
+
+    close_old_connections()
+
+
+def test_a_healthy_pooled_connection_gets_no_select_1_before_a_webhook(transactional_db, alice, alice_instance,
+                                                                      monkeypatch):
+    from django.db import connection
+
+    make_message(alice.project, alice_instance)
+    assert post(receipt("SERVER_ACK"), **token_header(alice_instance)).status_code == 200  # auth cached now
+    checks = []
+    real = connection.is_usable
+    monkeypatch.setattr(connection, "is_usable", lambda: checks.append(1) or real())
+
+    between_requests()
+    response = post(receipt("DELIVERY_ACK"), **token_header(alice_instance))
+
+    assert response.json() == {"status": "processed", "reason": "applied"}
+    assert checks == []  # the event's own transaction was the check
+
+
+def test_a_pooled_connection_postgres_dropped_is_replaced_and_the_event_applied(transactional_db, alice,
+                                                                               alice_instance):
+    import psycopg
+    from django.db import connection
+
+    make_message(alice.project, alice_instance)
+    assert post(receipt("SERVER_ACK"), **token_header(alice_instance)).status_code == 200  # auth cached now
+
+    # given: Postgres drops the pooled connection between two requests (as a restart does)
+    params = connection.settings_dict
+    with psycopg.connect(host=params["HOST"], port=params["PORT"], user=params["USER"],
+                         password=params["PASSWORD"], dbname=params["NAME"], autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+
+    # when / then: the next event is still stored and applied, on a fresh connection
+    between_requests()
+    response = post(receipt("DELIVERY_ACK"), **token_header(alice_instance))
+    assert response.json() == {"status": "processed", "reason": "applied"}
+    assert IngestionEvent.objects.filter(processed_at__isnull=False).count() == 2

@@ -1,0 +1,43 @@
+"""A webhook's first statement doubles as its connection health check (one round trip less).
+
+CONN_HEALTH_CHECKS sends a `SELECT 1` before the first statement of every request on a pooled
+connection, so that a connection Postgres dropped (a restart) is replaced instead of failing the
+request. Ingesting an event is one transaction that can simply run again: when it fails and the
+connection turns out unusable, the connection is replaced and the work runs once more, as the
+health check would have arranged. A retry after an uncertain COMMIT is harmless too: the inbox's
+unique key and processed_at make the second run find the event stored (and processed, if the
+first commit went through). A database that is really down still fails (the view answers 503).
+The same pattern serves the accept path (messaging/accept.py `_read_checking_connection`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+
+T = TypeVar("T")
+
+
+def checking_connection(work: Callable[[], T]) -> T:
+    db: Any = connections[DEFAULT_DB_ALIAS]  # health_check_* are not in django-stubs
+    checking = (
+        db.connection is not None and db.health_check_enabled and not db.health_check_done
+        and not db.in_atomic_block
+    )
+    if checking:
+        db.health_check_done = True
+    pooled = db.connection
+    try:
+        return work()
+    except DatabaseError:
+        if not checking:
+            raise
+        # Leaving the failed transaction, Django may already have dropped the dead connection
+        # and opened a new one; otherwise the old one is asked, as the health check would.
+        if db.connection is pooled and db.is_usable():
+            raise  # the connection is fine: a genuine error
+    if db.connection is pooled:
+        db.close()
+    return work()
