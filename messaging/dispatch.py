@@ -52,7 +52,7 @@ WITH RECURSIVE projects(pid) AS (
              ORDER BY o.project_id_copy LIMIT 1)
     FROM projects WHERE projects.pid IS NOT NULL
 )
-SELECT c.id, c.message_id, m.instance_id, i.send_rate_per_second, p.pid, c.turn, m.next_attempt_at > %(now)s
+SELECT c.id, c.message_id, p.pid, c.turn
 FROM projects p
 CROSS JOIN LATERAL (
     SELECT o.id, o.message_id,
@@ -63,10 +63,16 @@ CROSS JOIN LATERAL (
     -- Enough rows per project to fill the pass whatever the mix, fewer when many projects wait.
     LIMIT GREATEST(%(slots)s, %(budget)s / (SELECT count(*) FROM projects WHERE pid IS NOT NULL))
 ) c
-JOIN messaging_message m ON m.id = c.message_id
-JOIN messaging_instance i ON i.id = m.instance_id
 WHERE p.pid IS NOT NULL
 ORDER BY c.turn, p.pid
+"""
+# What the relay needs of the candidates' messages, by primary key. A separate statement on purpose:
+# joined into the query above, the planner (misled by the recursive CTE's row estimate, or by stale
+# statistics right after a bulk insert) may read the whole message table on every pass.
+_CANDIDATE_MESSAGES = """
+SELECT m.id, m.instance_id, i.send_rate_per_second, m.next_attempt_at > %(now)s
+FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
+WHERE m.id = ANY(%(ids)s)
 """
 
 
@@ -147,9 +153,17 @@ def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[C
     budget = slots * _CANDIDATES_PER_SLOT
     with connection.cursor() as cursor:
         cursor.execute(_TURNS, {"lane": lane, "now": now, "slots": slots, "budget": budget})
-        rows = [Candidate(pk, str(mid), iid, rate, pid, turn, early) for pk, mid, iid, rate, pid, turn, early in cursor.fetchall()]
-    projects = {c.project_id for c in rows}
-    per_project = max(slots, budget // max(1, len(projects)))
+        turns = cursor.fetchall()
+        if not turns:
+            return [], False
+        cursor.execute(_CANDIDATE_MESSAGES, {"now": now, "ids": [mid for _, mid, _, _ in turns]})
+        messages = {mid: (iid, rate, early) for mid, iid, rate, early in cursor.fetchall()}
+    rows = [
+        Candidate(pk, str(mid), *messages[mid][:2], project_id=pid, turn=turn, early=messages[mid][2])
+        for pk, mid, pid, turn in turns
+        if mid in messages
+    ]
+    per_project = max(slots, budget // max(1, len({c.project_id for c in rows})))
     truncated = any(c.turn == per_project for c in rows) or len(rows) > budget
     return turn_order.arrange(lane, rows)[:budget], truncated
 
