@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                                    web_args=args.web_args.split()))
     results: dict[str, Any] = {"machine": machine.describe(), "sizes": sizes.__dict__, "smoke": args.smoke,
                                "stack": {"web_workers": args.web_workers, "worker_concurrency": args.worker_concurrency,
-                                         "web_args": args.web_args},
+                                         "web_args": args.web_args,
+                                         "webhook_args": f"{stack.config.webhook_workers} workers, "
+                                                         + " ".join(stack.config.webhook_args)},
                                "scenarios": {}, "errors": {}}
     # Stop the stack on SIGTERM/SIGINT too (a background job ignores SIGINT by default).
     signal.signal(signal.SIGTERM, _interrupt)

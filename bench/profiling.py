@@ -1,7 +1,7 @@
 """The profiled passes (not counted in any figure: sampling slows what it samples).
 
 P1: the web workers while wrk drives POST /v1/messages/send (B1's funnel).
-P2: relay, lane workers, consumer and web while a B2-sized pipeline drains.
+P2: relay, lane workers, consumer and the webhook pool while a B2-sized pipeline drains.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
     time.sleep(3)  # the restarted relay's start-up (imports, checks) is not the hot path
     ctx.fresh()
-    names = ("relay", "worker-otp", "worker-utility", "worker-marketing", "consumer", "web")
+    names = ("relay", "worker-otp", "worker-utility", "worker-marketing", "consumer", "webhook")
     pids = _pids(ctx, *names)
     world = ctx.world
     per_lane = max(1, ctx.sizes.b2_messages // 3)

@@ -96,8 +96,15 @@ def one_run(ctx: Context, count: int) -> dict[str, Any]:
 
     met, _ = wait_for(done, ctx.sizes.wait_timeout, 0.25)
     finished = time.time()
-    # Let the slower channel's copies arrive too, then count what was stored and what was skipped.
-    time.sleep(1.0)
+
+    def copies_handled() -> bool:
+        # Every RabbitMQ copy ends as skipped (already processed), forwarded or parked; one that met
+        # the other channel's lock waits in a delay queue first (ingestion/consumer.py).
+        c = evolution_counters()
+        return c.get("rabbitmq:skipped", 0) + c.get("rabbitmq:forward_ok", 0) + c.get("rabbitmq:parked", 0) >= count
+
+    all_copies, _ = wait_for(copies_handled, ctx.sizes.wait_timeout, 0.25)
+    copies_done = time.time()
     events = IngestionEvent.objects.aggregate(n=Count("pk"), processed=Count("pk", filter=Q(processed_at__isnull=False)))
     by_channel = dict(IngestionEvent.objects.values_list("channel").annotate(n=Count("pk")))
     delivered = Message.objects.filter(pk__in=ids, status="DELIVERED").count()
@@ -108,6 +115,9 @@ def one_run(ctx: Context, count: int) -> dict[str, Any]:
         "emit_s": round(emitted_s, 2),
         "all_applied": met,
         "rate": count / (finished - started) if met else float("nan"),
+        # Both copies of every event handled (the duplicates' tail: the consumer's queue drained).
+        "all_copies_handled": all_copies,
+        "rate_with_copies": count / (copies_done - started) if met and all_copies else float("nan"),
         "inbox_rows": events["n"], "inbox_processed": events["processed"], "inbox_by_channel": by_channel,
         "messages_delivered": delivered,
         "webhooks_posted": sim_after["webhook"]["posted"] - sim_before["webhook"]["posted"],
