@@ -44,6 +44,8 @@ class Context:
 
     def fresh(self, ack_delays_ms: dict[str, float | None] | None = None) -> None:
         """Empty tables and queues, reset the simulator: every run starts from the same state."""
+        # First: the simulator's pending webhook retries of the previous run must not land in this one.
+        self.sim.reset()
         purge_queues()
         empty_tables()
         purge_queues()
