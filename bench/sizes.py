@@ -25,7 +25,7 @@ class Sizes:
     b4_instances: int = 5           # the queued messages are spread over this many of A's instances
     b4_outage_seconds: float = 60.0
     b4_drain_timeout: float = 200.0
-    b5_events: int = 2_000          # issue 7 names 20,000: --set b5_events=20000 on a quiet machine
+    b5_events: int = 5_000          # issue 7 names 20,000: --set b5_events=20000 (about 200 s a run here)
     b5_runs: int = 2
     b6_backlog: int = 50_000
     b6_runs: int = 2
