@@ -19,8 +19,9 @@ from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from messaging import lifecycle
+from messaging import lifecycle, writes
 from messaging.models import FailureReason, Instance, Message, Status
+from messaging.prepared import prepared_cursor
 from messaging.sending import instance_state
 
 from . import inbox
@@ -112,6 +113,10 @@ def _apply_locked(rows: QuerySet[IngestionEvent]) -> str | None:
         return _finish(locked)
 
 
+_FINISHED = "UPDATE evolution_ingestion_events SET outcome = %(outcome)s, processed_at = %(processed_at)s WHERE id = %(id)s"
+_ANY_WAITING = "SELECT EXISTS (SELECT 1 FROM evolution_ingestion_events WHERE key_id = %(key_id)s AND key_id <> '' AND processed_at IS NULL)"
+
+
 def _finish(event: IngestionEvent) -> str:
     """The effect, then the row's outcome and processed_at (the caller holds the row)."""
     outcome = _effect(event)
@@ -120,7 +125,8 @@ def _finish(event: IngestionEvent) -> str:
     event.outcome = outcome
     if outcome != WAITING:
         event.processed_at = timezone.now()
-    IngestionEvent.objects.filter(pk=event.pk).update(outcome=event.outcome, processed_at=event.processed_at)
+    with prepared_cursor() as cursor:  # every new event passes here: one prepared statement
+        cursor.execute(_FINISHED, {"outcome": event.outcome, "processed_at": event.processed_at, "id": event.pk})
     return outcome
 
 
@@ -148,7 +154,7 @@ def _message_for(event: IngestionEvent) -> Message | None:
     # id that says nothing about the number we sent to.
     if not event.key_id:
         return None
-    return Message.objects.filter(evolution_message_id=event.key_id, instance__name=event.instance_name).first()
+    return writes.message_by_evolution_id(event.key_id, event.instance_name)
 
 
 def _no_message(event: IngestionEvent) -> str:
@@ -219,6 +225,11 @@ def _newer_state_applied(event: IngestionEvent) -> bool:
 
 def apply_waiting_for(key_id: str) -> int:
     """Apply receipts that arrived before their message's send was committed."""
+    with prepared_cursor() as cursor:  # after every send: almost always none, so ask cheaply first
+        cursor.execute(_ANY_WAITING, {"key_id": key_id})
+        row = cursor.fetchone()
+    if not (row and row[0]):
+        return 0
     applied = 0
     for event in IngestionEvent.objects.filter(key_id=key_id, processed_at__isnull=True).order_by("received_at", "pk"):
         if apply(event) not in (WAITING, ALREADY_PROCESSED):

@@ -1,4 +1,4 @@
-"""Hot-path writes of the message row as single statements (bench B2: the lane worker's cost).
+"""Hot-path statements on the message row, each one round trip and prepared (bench B2, B5).
 
 A lane worker's send used to cost about ten round trips and three commits (claim, re-read, the
 attempt, the status change, its timeline line, each commit an fsync). Here a claim is one
@@ -102,6 +102,22 @@ def claim(
     Message._meta.get_field("instance").set_cached_value(message, instance)  # type: ignore[union-attr]
     Message._meta.get_field("project").set_cached_value(message, project)  # type: ignore[union-attr]
     return message
+
+
+_BY_EVOLUTION_ID = """
+SELECT {message} FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
+ WHERE m.evolution_message_id = %(key_id)s AND m.evolution_message_id <> '' AND i.name = %(instance)s
+ ORDER BY m.id LIMIT 1
+"""
+
+
+def message_by_evolution_id(key_id: str, instance_name: str) -> Message | None:
+    """The message Evolution knows as `key_id` on that instance (what a receipt names)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_BY_EVOLUTION_ID.format(message=_select_list(Message, "m")),
+                       {"key_id": key_id, "instance": instance_name})
+        row = cursor.fetchone()
+    return None if row is None else load(Message, row)
 
 
 def compare_and_set(
