@@ -161,12 +161,12 @@ def _details(results: dict[str, Any]) -> list[str]:
         out += ["### B5 dual ingestion", "",
                 "Events/s: unique events applied per second, from the first emit to the last status applied (the "
                 "figure judged). With copies: until the slower channel's duplicate of every event was handled too.", "",
-                "| run | events/s | with copies | inbox rows | processed | delivered | webhooks posted | RabbitMQ published | counters | sim CPU |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+                "| run | events/s | with copies | inbox rows | processed | delivered | stray rows | webhooks posted | RabbitMQ published | counters | sim CPU |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
         for i, r in enumerate(b5["runs"]):
             counters = ", ".join(f"{k}={v}" for k, v in sorted(r["metrics"].items()))
             out.append(f"| {i + 1} | {num(r['rate'])} | {num(r.get('rate_with_copies'))} | {r['inbox_rows']:,} | {r['inbox_processed']:,} | "
-                       f"{r['messages_delivered']:,} | {r['webhooks_posted']:,} | {r['rabbitmq_published']:,} | {counters} "
+                       f"{r['messages_delivered']:,} | {r.get('stray_rows', 0)} | {r['webhooks_posted']:,} | {r['rabbitmq_published']:,} | {counters} "
                        f"| {100 * r['simulator_cpu_share']:.0f} % |")
         out.append("")
     if b6 := sc.get("B6"):
