@@ -10,7 +10,7 @@ from typing import Any
 from pilot_status import metrics
 
 from . import handlers, inbox
-from .connection import checking_connection
+from pilot_status.database import checking_connection
 from .locks import event_lock
 from .models import Channel
 

@@ -18,11 +18,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
 from django.db.models.fields import AutoFieldMixin
 from django.db.models.signals import post_save
 from django.utils import timezone
+
+from pilot_status.database import checking_connection
 
 from . import rules
 from .errors import Rejected
@@ -139,29 +141,9 @@ def _read(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def _read_checking_connection(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Run a read that is the request's first statement as its own connection health check.
-
-    CONN_HEALTH_CHECKS sends a `SELECT 1` before the first statement of each request on a pooled
-    connection, so that a connection Postgres dropped (a restart) is replaced instead of failing
-    the request. This read changes nothing, so it can be that check: when it fails and the
-    connection turns out unusable, the connection is replaced and the read runs again, as the
-    health check would have arranged, one round trip cheaper on every request that finds its
-    connection alive. A database that is really down still fails (503).
-    """
-    db: Any = connections[DEFAULT_DB_ALIAS]  # health_check_* are not in django-stubs
-    checking = (
-        db.connection is not None and db.health_check_enabled and not db.health_check_done
-        and not db.in_atomic_block
-    )
-    if checking:
-        db.health_check_done = True
-    try:
-        return _read(sql, params)
-    except DatabaseError:
-        if not checking or db.is_usable():
-            raise
-    db.close()
-    return _read(sql, params)
+    """The request's first statement, a read that changes nothing, doubles as its connection health
+    check (one round trip less than CONN_HEALTH_CHECKS' `SELECT 1`; see pilot_status.database)."""
+    return checking_connection(lambda: _read(sql, params))
 
 
 def read_facts(project: Project, req: SendRequest, idempotency_key: str | None, now: datetime) -> FunnelFacts:

@@ -1,4 +1,4 @@
-"""A webhook's first statement doubles as its connection health check (one round trip less).
+"""A request's first unit of work doubles as its connection health check (one round trip less).
 
 CONN_HEALTH_CHECKS sends a `SELECT 1` before the first statement of every request on a pooled
 connection, so that a connection Postgres dropped (a restart) is replaced instead of failing the
@@ -7,7 +7,7 @@ connection turns out unusable, the connection is replaced and the work runs once
 health check would have arranged. A retry after an uncertain COMMIT is harmless too: the inbox's
 unique key and processed_at make the second run find the event stored (and processed, if the
 first commit went through). A database that is really down still fails (the view answers 503).
-The same pattern serves the accept path (messaging/accept.py `_read_checking_connection`).
+The accept path's first read uses it the same way (messaging/accept.py).
 """
 
 from __future__ import annotations
