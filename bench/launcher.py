@@ -175,7 +175,13 @@ class BenchStack:
         return self._gunicorn("webhook", self.webhook_port, self.config.webhook_workers, self.config.webhook_args)
 
     def relay(self) -> Process:
-        return self._process("relay", "relay", [sys.executable, "manage.py", "run_relay"], "relay started")
+        # As in the Procfile: the OTP lane has a relay of its own (relay-otp).
+        return self._process("relay", "relay", [sys.executable, "manage.py", "run_relay", "--lanes", "utility,marketing"],
+                             "relay started")
+
+    def relay_otp(self) -> Process:
+        return self._process("relay-otp", "relay", [sys.executable, "manage.py", "run_relay", "--lanes", "otp"],
+                             "relay started")
 
     def consumer(self) -> Process:
         return self._process("consumer", "consumer", [sys.executable, "manage.py", "run_consumer"], "Connected to amqp")
@@ -195,7 +201,7 @@ class BenchStack:
         assert sim.proc is not None
         wait_for_port(self.sim_port, sim.proc)
         self.processes.update({"web": self.web(), "webhook": self.webhook(), "relay": self.relay(),
-                               "consumer": self.consumer()})
+                               "relay-otp": self.relay_otp(), "consumer": self.consumer()})
         for lane in LANES:
             self.processes[f"worker-{lane}"] = self.worker(lane)
         for name, process in self.processes.items():
@@ -212,8 +218,8 @@ class BenchStack:
         self.processes[name].stop()
 
     def start_process(self, name: str) -> None:
-        factory = {"web": self.web, "webhook": self.webhook, "relay": self.relay, "consumer": self.consumer,
-                   "simulator": self.simulator}.get(name)
+        factory = {"web": self.web, "webhook": self.webhook, "relay": self.relay, "relay-otp": self.relay_otp,
+                   "consumer": self.consumer, "simulator": self.simulator}.get(name)
         process = (factory or (lambda: self.worker(name.split("-", 1)[1])))().start()
         self.processes[name] = process
         assert process.proc is not None

@@ -39,6 +39,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
     ctx.fresh()
     ctx.stack.stop_process("relay")
+    ctx.stack.stop_process("relay-otp")
     try:
         web = _pids(ctx, "web")
         load = threading.Thread(target=post_load, args=(ctx.stack.web_url + SEND_PATH, send_body(ctx.world.a.recipients[0]),
@@ -50,6 +51,7 @@ def run(ctx: Context) -> dict[str, Any]:
         out["P1 web (B1 funnel)"] = profile.summarise(_files("p1-web", web))
     finally:
         ctx.stack.start_process("relay")
+        ctx.stack.start_process("relay-otp")
 
     time.sleep(3)  # the restarted relay's start-up (imports, checks) is not the hot path
     ctx.fresh()

@@ -232,16 +232,17 @@ def release_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
     return total
 
 
-def next_due_at() -> datetime | None:
-    """When the earliest waiting entry becomes due (the relay sleeps until then at most)."""
-    return OutboxEntry.objects.order_by("available_at").values_list("available_at", flat=True).first()
+def next_due_at(lanes: tuple[str, ...] = LANES) -> datetime | None:
+    """When the earliest waiting entry of these lanes becomes due (the relay sleeps until then at most)."""
+    rows = OutboxEntry.objects.filter(lane__in=lanes).order_by("available_at")
+    return rows.values_list("available_at", flat=True).first()
 
 
-def release_all_due(limit: int = 200) -> Release:
-    """Release passes until nothing more can go now; returns the total."""
+def release_all_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
+    """Release passes over these lanes until nothing more can go now; returns the total."""
     total = Release()
     while True:
-        result = release_due(limit)
+        result = release_due(limit, lanes)
         total += result
         if result.released == 0 or result.held:
             return total

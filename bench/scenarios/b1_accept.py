@@ -47,6 +47,7 @@ def run(ctx: Context) -> dict[str, Any]:
     sizes = ctx.sizes
     body = send_body(ctx.world.a.recipients[0])
     ctx.stack.stop_process("relay")
+    ctx.stack.stop_process("relay-otp")
     runs: dict[str, list[LoadResult]] = {"baseline": [], "funnel": [], "funnel_no_idempotency_key": []}
     accepted_rows_ok = True
     cpu_per_request: dict[str, dict[str, float]] = {}  # first run: where one request's CPU goes
@@ -77,6 +78,7 @@ def run(ctx: Context) -> dict[str, Any]:
         empty_tables()
     finally:
         ctx.stack.start_process("relay")
+        ctx.stack.start_process("relay-otp")
     from ..context import cpu_summary
 
     figures = {name: {"rate": Spread.of([r.rate for r in results]).as_dict(),

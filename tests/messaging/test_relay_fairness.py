@@ -171,3 +171,17 @@ def test_with_one_free_slot_per_pass_projects_take_turns(empty_lanes, fast_insta
 
     # then: the project served least recently goes first, not the one with the oldest rows
     assert order == ["Alice Store", "Carol Bank", "Alice Store", "Carol Bank"]
+
+
+def test_a_relay_for_some_lanes_leaves_the_others_alone(empty_lanes, fast_instances, alice):
+    add_instance(alice.project, "alice-main")
+    otp = queue(alice, "OTP", 2)
+    marketing = queue(alice, "MARKETING", 3)
+
+    assert dispatch.release_all_due(lanes=("otp",)).released == 2
+    assert dispatch.next_due_at(("otp",)) is None  # nothing left for the OTP relay to wake for
+    assert dispatch_ids_of(otp) == set(otp) and not dispatch_ids_of(marketing)
+
+
+def dispatch_ids_of(ids: list[str]) -> set[str]:
+    return dispatched_ids() & set(ids)

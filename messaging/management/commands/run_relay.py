@@ -9,12 +9,13 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from messaging import dispatch
 from messaging.accept import OUTBOX_CHANNEL
+from pilot_status.celery import LANES
 
 log = logging.getLogger("messaging.relay")
 
@@ -27,21 +28,31 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--once", action="store_true", help="release what is due and exit")
+        parser.add_argument(
+            "--lanes", default=",".join(LANES),
+            help="comma-separated lanes this relay releases (default: all). One relay per lane group keeps a "
+                 "slow pass over a big marketing backlog from holding an OTP back (bench B3).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        lanes = tuple(lane.strip() for lane in options["lanes"].split(",") if lane.strip())
+        unknown = set(lanes) - set(LANES)
+        if unknown or not lanes:
+            raise CommandError(f"--lanes: expected some of {', '.join(LANES)}, got {options['lanes']!r}")
+        self.lanes = lanes
         if options["once"]:
-            self.stdout.write(str(dispatch.release_all_due(settings.RELAY_BATCH_SIZE).released))
+            self.stdout.write(str(dispatch.release_all_due(settings.RELAY_BATCH_SIZE, lanes).released))
             return
         self.stopping = False
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        log.info("relay started")
+        log.info("relay started (lanes %s)", ", ".join(lanes))
         listener: psycopg.Connection[Any] | None = None
         while not self.stopping:
             try:
                 if listener is None or listener.closed:
                     listener = self._listen()
-                result = dispatch.release_all_due(settings.RELAY_BATCH_SIZE)
+                result = dispatch.release_all_due(settings.RELAY_BATCH_SIZE, self.lanes)
                 self._wait(listener, held=result.held > 0)
             except (DatabaseError, psycopg.Error) as exc:
                 log.warning("relay: database unavailable (%s); retrying", exc.__class__.__name__)
@@ -70,7 +81,7 @@ class Command(BaseCommand):
             timeout = HELD_RECHECK_SECONDS
         else:
             timeout = settings.RELAY_POLL_SECONDS
-            due = dispatch.next_due_at()
+            due = dispatch.next_due_at(self.lanes)
             if due is not None:
                 timeout = max(0.0, min(timeout, (due - timezone.now()).total_seconds()))
             if timeout <= 0:
