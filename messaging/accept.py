@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from pilot_status.database import checking_connection
 
-from . import rules
+from . import rules, writes
 from .errors import Rejected
 from .prepared import prepared_cursor
 from .models import (
@@ -119,14 +119,6 @@ def _facts_sql(named: bool, shared: bool) -> str:
 _FACTS_SQL = {(named, shared): _facts_sql(named, shared) for named in (False, True) for shared in (False, True)}
 
 
-def _from_row(model: type[Model], fields: list[Any], values: tuple[Any, ...] | list[Any]) -> Any:
-    converted = [
-        f.from_db_value(v, None, connection) if v is not None and hasattr(f, "from_db_value") else v
-        for f, v in zip(fields, values)
-    ]
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
-
-
 @dataclass(frozen=True)
 class FunnelFacts:
     opted_in: bool
@@ -162,9 +154,9 @@ def read_facts(project: Project, req: SendRequest, idempotency_key: str | None, 
     first = rows[0]
     answer = None
     if first[1] is not None:
-        answer = _from_row(IdempotencyRecord, _IDEMPOTENCY_FIELDS, first[1 : 1 + width])
+        answer = writes.load(IdempotencyRecord, first[1 : 1 + width])
     found = {
-        row[1 + width]: _from_row(Instance, _INSTANCE_FIELDS, row[2 + width :]) for row in rows if row[1 + width]
+        row[1 + width]: writes.load(Instance, row[2 + width :]) for row in rows if row[1 + width]
     }
     return FunnelFacts(
         opted_in=bool(first[0]),

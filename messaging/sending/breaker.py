@@ -210,7 +210,8 @@ def _probe_ttl() -> float:
     return settings.EVOLUTION_CONNECT_TIMEOUT + settings.EVOLUTION_READ_TIMEOUT + 5
 
 
-_LOOK_UP: Any = object()
+# `check(until=LOOK_UP)`: read the circuit from the store (the caller did not prefetch it).
+LOOK_UP: Any = object()
 
 
 def open_untils(scopes: list[str]) -> dict[str, float | None]:
@@ -218,12 +219,12 @@ def open_untils(scopes: list[str]) -> dict[str, float | None]:
     return dict(zip(scopes, _call("open_untils", scopes)))
 
 
-def check(scope: str, now: float | None = None, until: float | None = _LOOK_UP) -> Verdict:
+def check(scope: str, now: float | None = None, until: float | None = LOOK_UP) -> Verdict:
     """May a call go through this circuit now? Half-open lets exactly one probe through.
 
     `until` is the scope's `open_until` when the caller already read it (`open_untils`)."""
     now = now or time.time()
-    if until is _LOOK_UP:
+    if until is LOOK_UP:
         until = _call("open_until", scope)
     if until is None:
         return Verdict(True, scope)

@@ -59,7 +59,7 @@ def _not_connected(state: str | None) -> bool:
     return state in (ConnectionState.CONNECTING, ConnectionState.CLOSE)
 
 
-def usable(instance: Instance, circuit_open_until: Any = breaker._LOOK_UP) -> tuple[bool, str, dict[str, Any]]:
+def usable(instance: Instance, circuit_open_until: Any = breaker.LOOK_UP) -> tuple[bool, str, dict[str, Any]]:
     """Is this instance fit to send through right now? Takes the half-open probe when offered."""
     state = instance_state.current(instance)
     if _not_connected(state):
