@@ -145,6 +145,9 @@ class BenchStack:
         self.processes: dict[str, Process] = {}
 
     def _process(self, name: str, kind: str, argv: list[str], ready_line: str | None = None) -> Process:
+        nice = dict(pair.split("=") for pair in os.environ.get("BENCH_NICE", "").split(",") if pair)
+        if name in nice:
+            argv = ["nice", "-n", nice[name], *argv]
         return Process(name, kind, argv, self.env, self.config.log_dir / f"{name}.log", ready_line)
 
     def simulator(self) -> Process:

@@ -142,12 +142,23 @@ def _details(results: dict[str, Any]) -> list[str]:
     if b3 := sc.get("B3"):
         out += ["### B3 OTP latency behind a marketing backlog", "",
                 f"{b3['otps']} OTPs at {num(b3['otp_rate'])}/s through the HTTP API (official instance), latency "
-                f"accept → SENT; backlog {b3['backlog']:,} MARKETING from the bulk path. Typing delay off.", "",
-                "| run | idle p50 / p99 | with backlog p50 / p99 | backlog left when the stream was sent |",
-                "|---|---|---|---|"]
+                f"accept → SENT; backlog {b3['backlog']:,} MARKETING from the bulk path. Typing delay off. Each stream "
+                f"starts with {b3.get('warmup_otps', 0)} OTPs that are not measured (cold caches after the tables are "
+                "emptied). Segments (p50 / p99): `relay` accept → released by the OTP relay; `pickup` the relay's pass, "
+                "the broker and the lane worker up to its call to Evolution; `http` Evolution's (the simulator's) answer. "
+                "Slowest: (position in the stream, ms).", "",
+                "| run | | p50 / p99 | relay | pickup | http | slowest | backlog left |",
+                "|---|---|---|---|---|---|---|---|"]
+
+        def segment(r: dict[str, Any], name: str) -> str:
+            part = r.get("segments", {}).get(name)
+            return f"{num(part['p50_ms'])} / {num(part['p99_ms'])}" if part else "–"
+
         for i, (a, b) in enumerate(zip(b3["idle"]["runs"], b3["backlog_run"]["runs"])):
-            out.append(f"| {i + 1} | {num(a['p50_ms'])} / {num(a['p99_ms'])} ms | {num(b['p50_ms'])} / {num(b['p99_ms'])} ms "
-                       f"| {num(b.get('backlog_left'))} |")
+            for label, r in (("idle", a), ("with backlog", b)):
+                out.append(f"| {i + 1} | {label} | {num(r['p50_ms'])} / {num(r['p99_ms'])} ms | {segment(r, 'relay')} | "
+                           f"{segment(r, 'pickup')} | {segment(r, 'http')} | {r.get('slowest', '–')} | "
+                           f"{num(r.get('backlog_left')) if label != 'idle' else ''} |")
         out.append("")
     if b4 := sc.get("B4"):
         out += ["### B4 gateway outage", "",

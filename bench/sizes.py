@@ -21,6 +21,7 @@ class Sizes:
     b3_backlog: int = 50_000
     b3_otps: int = 120              # OTPs in the measured stream
     b3_otp_rate: float = 8.0        # OTPs per second
+    b3_warmup_otps: int = 16        # sent first in every stream, not measured
     b4_messages: int = 5_000
     b4_instances: int = 5           # the queued messages are spread over this many of A's instances
     b4_outage_seconds: float = 60.0
@@ -37,7 +38,7 @@ class Sizes:
 
 
 SMOKE = Sizes(
-    runs=1, fleet=3, b4_instances=2, b6_runs=1, b1_seconds=2, b1_connections=4, b2_messages=20, b2_runs=1, b3_backlog=20, b3_otps=5,
+    runs=1, fleet=3, b4_instances=2, b6_runs=1, b1_seconds=2, b1_connections=4, b2_messages=20, b2_runs=1, b3_backlog=20, b3_otps=5, b3_warmup_otps=2,
     b3_otp_rate=20, b4_messages=20, b4_outage_seconds=2, b4_drain_timeout=60, b5_events=20, b5_runs=1,
     b6_backlog=20, b6_b_messages=5, b6_delay_seconds=0.2, b6_timeout=30, wait_timeout=60, profile_seconds=0,
 )

@@ -134,6 +134,11 @@ class TurnOrder:
 turn_order = TurnOrder()
 
 
+# Lanes whose queue (with its exchange and binding: three round trips) this process has declared.
+# A relay pass only needs the depth, one passive declare; every OTP costs two passes.
+_declared: set[str] = set()
+
+
 def lane_depths(lanes: tuple[str, ...]) -> dict[str, int]:
     """Ready (unclaimed) tasks in each lane's broker queue."""
     queues = {queue.name: queue for queue in app.conf.task_queues}
@@ -142,8 +147,15 @@ def lane_depths(lanes: tuple[str, ...]) -> dict[str, int]:
         channel = conn.default_channel  # type: ignore[attr-defined]  # app.pool yields Connections
         for lane in lanes:
             bound = queues[lane](channel)
-            bound.declare()
-            depths[lane] = int(bound.queue_declare(passive=True).message_count)
+            if lane not in _declared:
+                bound.declare()
+                _declared.add(lane)
+            try:
+                depths[lane] = int(bound.queue_declare(passive=True).message_count)
+            except Exception:
+                # Gone (a broker reset, a deleted vhost): declare it again on the next pass.
+                _declared.clear()
+                raise
     return depths
 
 

@@ -7,7 +7,8 @@ connection turns out unusable, the connection is replaced and the work runs once
 health check would have arranged. A retry after an uncertain COMMIT is harmless too: the inbox's
 unique key and processed_at make the second run find the event stored (and processed, if the
 first commit went through). A database that is really down still fails (the view answers 503).
-The accept path's first read uses it the same way (messaging/accept.py).
+The accept path's first read and a lane worker's claim use it the same way (messaging/accept.py,
+messaging/sending/worker.py).
 """
 
 from __future__ import annotations

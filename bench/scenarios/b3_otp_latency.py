@@ -9,6 +9,7 @@ real OTP would). Latency = sent_at - created_at of each OTP, both stamped by the
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import requests
@@ -45,10 +46,41 @@ def latencies(ctx: Context, ids: list[str]) -> dict[str, Any]:
 
     met, _ = wait_for(lambda: Message.objects.filter(pk__in=ids, sent_at__isnull=False).count() >= len(ids),
                       ctx.sizes.wait_timeout, 0.25)
-    rows = Message.objects.filter(pk__in=ids).values_list("created_at", "sent_at")
-    values = [(sent - created).total_seconds() * 1000 if sent else float("inf") for created, sent in rows]
+    sent_at = dict(Message.objects.filter(pk__in=ids).values_list("id", "sent_at"))
+    created_at = dict(Message.objects.filter(pk__in=ids).values_list("id", "created_at"))
+    values = [
+        (sent_at[uuid.UUID(i)] - created_at[uuid.UUID(i)]).total_seconds() * 1000 if sent_at.get(uuid.UUID(i)) else float("inf")
+        for i in ids
+    ]
+    slowest = sorted(range(len(values)), key=lambda n: -values[n])[:3]
     return {"count": len(values), "all_sent": met, "p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99),
-            "max_ms": max(values, default=float("nan"))}
+            "max_ms": max(values, default=float("nan")), "segments": segments(ids),
+            # (position in the stream, ms): shows whether the tail is the cold start or spread out
+            "slowest": [(n, round(values[n])) for n in slowest]}
+
+
+def segments(ids: list[str]) -> dict[str, dict[str, float]]:
+    """Where an OTP's time goes: accept → released by the relay (`relay`) → picked up, claimed and routed by a
+    lane worker (`pickup`) → Evolution's answer (`http`, the call's own time, carried by the ATTEMPT line,
+    which is stamped when the answer is back, just before sent_at)."""
+    from messaging.models import EventKind, Message, MessageEvent
+
+    attempts = {
+        message_id: (created, detail)
+        for message_id, created, detail in MessageEvent.objects.filter(message_id__in=ids, kind=EventKind.ATTEMPT)
+        .values_list("message_id", "created_at", "detail")
+    }
+    parts: dict[str, list[float]] = {"relay": [], "pickup": [], "http": []}
+    for message_id, created, dispatched in Message.objects.filter(pk__in=ids).values_list(
+            "id", "created_at", "dispatched_at"):
+        if message_id not in attempts or dispatched is None:
+            continue
+        answered, detail = attempts[message_id]
+        http = float(detail.get("elapsedMs") or 0)
+        parts["relay"].append((dispatched - created).total_seconds() * 1000)
+        parts["pickup"].append((answered - dispatched).total_seconds() * 1000 - http)
+        parts["http"].append(http)
+    return {name: {"p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99)} for name, values in parts.items()}
 
 
 def one_run(ctx: Context, backlog: int) -> dict[str, Any]:
@@ -58,6 +90,9 @@ def one_run(ctx: Context, backlog: int) -> dict[str, Any]:
     if backlog:
         bulk_accept(ctx.world.a.project, live_key(ctx.world.a.project), ctx.world.a.recipients, backlog, "MARKETING",
                     instances=[i.name for i in ctx.world.fleet])
+    # Not measured: the first OTPs after emptying the tables meet cold caches (API key, instance
+    # state, prepared statements, each prefork child's first task) and were the idle run's tail.
+    otp_stream(ctx, ctx.sizes.b3_warmup_otps, ctx.sizes.b3_otp_rate)
     ids = otp_stream(ctx, ctx.sizes.b3_otps, ctx.sizes.b3_otp_rate)
     result = latencies(ctx, ids)
     if backlog:
@@ -76,15 +111,20 @@ def run(ctx: Context) -> dict[str, Any]:
         for n in range(sizes.runs):
             idle.append(one_run(ctx, 0))
             busy.append(one_run(ctx, sizes.b3_backlog))
-            ctx.log(f"  B3 run {n + 1}: idle p50/p99 {idle[-1]['p50_ms']:.0f}/{idle[-1]['p99_ms']:.0f} ms, "
+            ctx.log(f"  B3 run {n + 1}: idle p50/p99 {idle[-1]['p50_ms']:.0f}/{idle[-1]['p99_ms']:.0f} ms "
+                    f"(segments p50/p99 " + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p99_ms']:.0f}"
+                                                     for k, v in idle[-1]["segments"].items()) + "), "
                     f"with backlog {busy[-1]['p50_ms']:.0f}/{busy[-1]['p99_ms']:.0f} ms "
-                    f"({busy[-1].get('backlog_left', 0)} of the backlog left)")
+                    f"({busy[-1].get('backlog_left', 0)} of the backlog left); segments p50/p99 "
+                    + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p99_ms']:.0f}" for k, v in busy[-1]["segments"].items())
+                    + f"; slowest idle {idle[-1]['slowest']}, busy {busy[-1]['slowest']}")
     ctx.fresh()
     idle_p99 = Spread.of([r["p99_ms"] for r in idle])
     busy_p99 = Spread.of([r["p99_ms"] for r in busy])
     ratio = busy_p99.median / idle_p99.median if idle_p99.median else float("nan")
     return {
         "backlog": sizes.b3_backlog, "otps": sizes.b3_otps, "otp_rate": sizes.b3_otp_rate,
+        "warmup_otps": sizes.b3_warmup_otps,
         "idle": {"p50_ms": Spread.of([r["p50_ms"] for r in idle]).as_dict(), "p99_ms": idle_p99.as_dict(), "runs": idle},
         "backlog_run": {"p50_ms": Spread.of([r["p50_ms"] for r in busy]).as_dict(), "p99_ms": busy_p99.as_dict(),
                         "runs": busy},
