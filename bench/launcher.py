@@ -6,6 +6,7 @@ test fixture, and every process runs with bench.settings so the baseline view an
 The simulator posts its webhooks to the webhook pool and the consumer forwards there (as in `make run`);
 the client API and the bare baseline view stay on the web pool.
 Each process gets its own session so it can be stopped (and only it) by its process group.
+BENCH_NICE=name=N,... runs those processes under `nice -n N` (to compare CPU priorities, e.g. for B3).
 """
 
 from __future__ import annotations

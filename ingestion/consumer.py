@@ -187,6 +187,12 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
     # ---- messages ------------------------------------------------------------------------
 
     def on_message(self, body: Any, message: Any) -> None:
+        if self.should_stop:
+            # Stopping (SIGTERM): up to prefetch_count messages can still be in this batch, each a
+            # forward of up to its timeout; hand them back to the queue untouched instead, so that
+            # the process stops within one message (honcho and Docker kill it after a few seconds).
+            message.requeue()
+            return
         try:
             self.handle(message)
         except self.connection.connection_errors:

@@ -236,3 +236,26 @@ def test_per_instance_mode_follows_instances_added_later(
             queue.bind(channel).delete()
         for name in (exchange_name, "alice-main", later_name):
             channel.exchange_delete(name)
+
+
+def test_once_asked_to_stop_it_hands_prefetched_messages_back_untouched(
+    transactional_db, web, connection, topo, sent_message, exchange_name
+):
+    for status in ("SERVER_ACK", "DELIVERY_ACK", "READ"):
+        publish_like_evolution(connection, exchange_name, receipt(status, channel="rabbitmq"))
+    worker = consumer_module.EvolutionConsumer(connection, topo)
+    handled = []
+
+    def handle(message):
+        handled.append(message)
+        worker.should_stop = True  # SIGTERM arrives while the first message is being handled
+        return consumer_module.EvolutionConsumer.handle(worker, message)
+
+    worker.handle = handle
+    for _ in worker.consume(timeout=2):
+        if worker.should_stop:
+            break
+
+    assert len(handled) == 1  # the one in hand is finished, the other two go back to the queue
+    assert IngestionEvent.objects.count() == 1
+    assert depth(connection, topo.work) == 2
