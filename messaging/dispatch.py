@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
@@ -93,9 +94,28 @@ SELECT id, %(kind)s, '', %(detail)s::jsonb, %(now)s FROM stamped
 class Release:
     released: int = 0
     held: int = 0  # due rows left in the outbox this pass (lane full or instance paced)
+    # Seconds spent per phase (depths, candidates, lock, pace, publish, commit): what a slow pass
+    # log line shows, so that the next slow pass says where its time went.
+    phases: dict[str, float] = field(default_factory=dict)
 
     def __add__(self, other: Release) -> Release:
-        return Release(self.released + other.released, self.held + other.held)
+        phases = dict(self.phases)
+        for name, seconds in other.phases.items():
+            phases[name] = phases.get(name, 0.0) + seconds
+        return Release(self.released + other.released, self.held + other.held, phases)
+
+
+class _Clock:
+    """Adds the time between marks to named phases."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self.last = time.monotonic()
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.last
+        self.last = now
 
 
 @dataclass(frozen=True)
@@ -198,12 +218,15 @@ def paced(candidates: list[Candidate], slots: int) -> list[Candidate]:
 
 
 def release_lane(lane: str, slots: int, now: datetime) -> Release:
+    clock = _Clock()
     if slots <= 0:
         waiting = OutboxEntry.objects.filter(lane=lane, available_at__lte=now).exists()
-        return Release(0, int(waiting))
+        clock.mark("candidates")
+        return Release(0, int(waiting), clock.phases)
     candidates, truncated = round_robin_candidates(lane, now, slots)
+    clock.mark("candidates")
     if not candidates:
-        return Release()
+        return Release(phases=clock.phases)
     # Released means due. A row made due early (a reconnect) must be claimable the moment its
     # task lands, and a worker may get the task before the release below commits: commit this first.
     early = [c.message_id for c in candidates if c.early]
@@ -215,29 +238,34 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
             .filter(pk__in=[c.pk for c in candidates])
             .values_list("pk", flat=True)
         )
+        clock.mark("lock")
         chosen = paced([c for c in candidates if c.pk in locked], slots)
+        clock.mark("pace")
         held = len(candidates) - len(chosen)
         if truncated:
             held += 1  # more may be waiting beyond what we looked at
         if not chosen:
-            return Release(0, held)
+            return Release(0, held, clock.phases)
         with app.producer_or_acquire() as producer:
             for candidate in chosen:
                 app.send_task(
                     SEND_TASK, args=[candidate.message_id], queue=lane, routing_key=lane, producer=producer
                 )
+        clock.mark("publish")
         with connection.cursor() as cursor:
             cursor.execute(_RELEASED, {"ids": [c.pk for c in chosen], "now": now, "kind": EventKind.DISPATCHED,
                                        "detail": json.dumps({"lane": lane})})
+    clock.mark("commit")
     turn_order.released(lane, chosen)  # committed: these projects have had their turn
-    return Release(len(chosen), held)
+    return Release(len(chosen), held, clock.phases)
 
 
 def release_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
     """One pass over the lanes (OTP first); returns what was released and what was held back."""
     now = timezone.now()
+    started = time.monotonic()
     depths = lane_depths(lanes)
-    total = Release()
+    total = Release(phases={"depths": time.monotonic() - started})
     for lane in lanes:
         slots = min(limit, settings.RELAY_LANE_DEPTH - depths[lane])
         total += release_lane(lane, slots, now)

@@ -28,5 +28,13 @@ def test_a_slow_pass_is_logged_with_what_it_did(caplog):
     with caplog.at_level(logging.WARNING, logger="messaging.relay"):
         command._report_slow_pass(SLOW_PASS_SECONDS / 10, dispatch.Release(5, 0))
         assert caplog.records == []
-        command._report_slow_pass(SLOW_PASS_SECONDS + 0.3, dispatch.Release(200, 1))
-    assert "slow pass over utility,marketing" in caplog.text and "released 200, held 1" in caplog.text
+        command._report_slow_pass(SLOW_PASS_SECONDS + 0.3, dispatch.Release(200, 1, {"publish": 0.7, "depths": 0.05}))
+    assert "slow pass over utility,marketing" in caplog.text
+    assert "released 200, held 1; seconds in publish 0.70, depths 0.05" in caplog.text
+
+
+def test_a_pass_says_where_its_time_went(db):
+    result = dispatch.release_due(lanes=("utility",))
+    assert result.released == 0
+    assert set(result.phases) == {"depths", "candidates"}  # nothing due: no lock, pace or publish
+    assert all(seconds >= 0 for seconds in result.phases.values())

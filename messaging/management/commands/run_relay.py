@@ -74,8 +74,10 @@ class Command(BaseCommand):
         # Every due message of these lanes waited this long: bench B3 once saw passes of 0.8-1.1 s
         # over a big marketing backlog (stale statistics after a bulk insert) and nothing said so.
         if seconds >= SLOW_PASS_SECONDS:
-            log.warning("relay: slow pass over %s: %.2f s (released %d, held %d)",
-                        ",".join(self.lanes), seconds, result.released, result.held)
+            phases = ", ".join(f"{name} {spent:.2f}" for name, spent in
+                               sorted(result.phases.items(), key=lambda item: -item[1]))
+            log.warning("relay: slow pass over %s: %.2f s (released %d, held %d; seconds in %s)",
+                        ",".join(self.lanes), seconds, result.released, result.held, phases or "nothing")
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
