@@ -83,7 +83,11 @@ _RELEASED = """
 WITH released AS (
     DELETE FROM messaging_outboxentry WHERE id = ANY(%(ids)s) RETURNING message_id
 ), stamped AS (
-    UPDATE messaging_message SET dispatched_at = %(now)s WHERE id IN (SELECT message_id FROM released) RETURNING id
+    -- = ANY(ARRAY(...)), not IN (SELECT ...): an index condition on the primary key whatever the
+    -- statistics say. With IN, a planner that believed the table empty scanned all of it once per
+    -- released row (0.5-1 s per pass in bench B6; tests/messaging/test_relay_plans.py).
+    UPDATE messaging_message SET dispatched_at = %(now)s WHERE id = ANY(ARRAY(SELECT message_id FROM released))
+    RETURNING id
 )
 INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
 SELECT id, %(kind)s, '', %(detail)s::jsonb, %(now)s FROM stamped
@@ -179,6 +183,35 @@ def lane_depths(lanes: tuple[str, ...]) -> dict[str, int]:
     return depths
 
 
+# The outbox is a queue: autovacuum often analyzes it just drained, or while a bulk insert is still
+# uncommitted, and records zero rows over many pages. Until the next analyze (up to a minute) the
+# planner prices every outbox and message scan at one row and the turn query sorts the whole lane
+# per project. A pass that reads more rows than Postgres believes exist refreshes the statistics.
+STATISTICS_CHECK_SECONDS = 30.0
+_statistics_checked_at = -STATISTICS_CHECK_SECONDS
+_ESTIMATES = """
+SELECT relname, reltuples FROM pg_class
+ WHERE oid IN ('messaging_outboxentry'::regclass, 'messaging_message'::regclass)
+"""
+
+
+def refresh_blind_statistics(seen: int) -> list[str]:
+    """ANALYZE the outbox and message tables if Postgres believes they hold fewer than `seen` rows
+    (checked at most every STATISTICS_CHECK_SECONDS); returns the tables analyzed."""
+    global _statistics_checked_at
+    if time.monotonic() - _statistics_checked_at < STATISTICS_CHECK_SECONDS:
+        return []
+    _statistics_checked_at = time.monotonic()
+    with connection.cursor() as cursor:
+        cursor.execute(_ESTIMATES)
+        blind = sorted(name for name, rows in cursor.fetchall() if rows < seen)
+        for name in blind:
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(name)}")
+    if blind:
+        log.info("relay: statistics of %s were blind to a backlog (read %d rows); analyzed", ", ".join(blind), seen)
+    return blind
+
+
 def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[Candidate], bool]:
     """Up to `slots` × _CANDIDATES_PER_SLOT due rows, turn by turn, least recently served project
     first within a turn; and whether more due rows may wait beyond them."""
@@ -197,6 +230,8 @@ def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[C
     ]
     per_project = max(slots, budget // max(1, len({c.project_id for c in rows})))
     truncated = any(c.turn == per_project for c in rows) or len(rows) > budget
+    if truncated:  # a backlog: the moment wrong statistics cost the most
+        refresh_blind_statistics(len(turns))
     return turn_order.arrange(lane, rows)[:budget], truncated
 
 
