@@ -6,7 +6,8 @@ test fixture, and every process runs with bench.settings so the baseline view an
 The simulator posts its webhooks to the webhook pool and the consumer forwards there (as in `make run`);
 the client API and the bare baseline view stay on the web pool.
 Each process gets its own session so it can be stopped (and only it) by its process group.
-BENCH_NICE=name=N,... runs those processes under `nice -n N` (to compare CPU priorities, e.g. for B3).
+BENCH_NICE=name=N,... runs those processes under `nice -n N`, and BENCH_WORKER_ARGS_<LANE> adds Celery flags to
+one lane's worker (e.g. "--pool threads -c 4"): knobs to compare, e.g. for B3 (neither helped; bench/findings.md).
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ class BenchStack:
             f"worker-{lane}", "worker",
             [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "-Q", lane, "-n", f"{lane}@bench",
              "-c", str(self.config.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", self.config.worker_log_level],
+             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", self.config.worker_log_level,
+             *os.environ.get(f"BENCH_WORKER_ARGS_{lane.upper()}", "").split()],
             "ready.",
         )
 

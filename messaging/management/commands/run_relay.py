@@ -71,8 +71,9 @@ class Command(BaseCommand):
         log.info("relay stopped")
 
     def _report_slow_pass(self, seconds: float, result: dispatch.Release) -> None:
-        # Every due message of these lanes waited this long: bench B3 once saw passes of 0.8-1.1 s
-        # over a big marketing backlog (stale statistics after a bulk insert) and nothing said so.
+        # Every due message of these lanes waited this long. Bench B3 and B6 saw 0.5-1.8 s passes over a
+        # marketing backlog and nothing said so; with the phases, the log named the release statement
+        # (a plan on stale statistics, since fixed in dispatch).
         if seconds >= SLOW_PASS_SECONDS:
             phases = ", ".join(f"{name} {spent:.2f}" for name, spent in
                                sorted(result.phases.items(), key=lambda item: -item[1]))
