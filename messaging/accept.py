@@ -104,11 +104,16 @@ def _facts_sql(named: bool, shared: bool) -> str:
     if shared:
         candidates += [_best("official", "project_id IS NULL AND is_official"), _best("shared", "project_id IS NULL")]
     record_columns = ", ".join(f"r.{connection.ops.quote_name(f.column)}" for f in _IDEMPOTENCY_FIELDS)
+    # key_active: the API key may have been revoked since this process cached it (authentication
+    # caches keys for a few seconds); a send checks it here, in the read it makes anyway.
     return f"""
-        SELECT f.opted_in, {record_columns}, c.*
+        SELECT f.opted_in, f.key_active, {record_columns}, c.*
         FROM (SELECT EXISTS (SELECT 1 FROM {OptIn._meta.db_table}
                              WHERE project_id = %(project)s AND phone = %(to)s AND revoked_at IS NULL)
-              AS opted_in) AS f
+              AS opted_in,
+              (%(api_key)s::bigint IS NULL OR EXISTS (SELECT 1 FROM {ApiKey._meta.db_table}
+                                                      WHERE id = %(api_key)s::bigint AND revoked_at IS NULL))
+              AS key_active) AS f
         LEFT JOIN {IdempotencyRecord._meta.db_table} AS r
                ON r.project_id = %(project)s AND r.key = %(key)s AND r.created_at >= %(cutoff)s
         LEFT JOIN ({" UNION ALL ".join(candidates)}) AS c ON true
@@ -124,6 +129,7 @@ class FunnelFacts:
     opted_in: bool
     candidates: rules.InstanceCandidates
     answer: IdempotencyRecord | None = None
+    key_active: bool = True
 
 
 def _read(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -138,11 +144,15 @@ def _read_checking_connection(sql: str, params: dict[str, Any]) -> list[tuple[An
     return checking_connection(lambda: _read(sql, params))
 
 
-def read_facts(project: Project, req: SendRequest, idempotency_key: str | None, now: datetime) -> FunnelFacts:
-    """The stored answer for the Idempotency-Key, the opt-in and the candidate instances: one query."""
+def read_facts(
+    project: Project, req: SendRequest, idempotency_key: str | None, now: datetime, api_key: ApiKey | None = None
+) -> FunnelFacts:
+    """Whether the API key is still active, the stored answer for the Idempotency-Key, the opt-in and
+    the candidate instances: one query."""
     named = bool(req.instance)
     shared = not named and req.category != "MARKETING"
     params: dict[str, Any] = {
+        "api_key": api_key.pk if api_key is not None else None,
         "project": project.pk,
         "to": req.to,
         "key": idempotency_key,
@@ -153,15 +163,16 @@ def read_facts(project: Project, req: SendRequest, idempotency_key: str | None, 
     width = len(_IDEMPOTENCY_FIELDS)
     first = rows[0]
     answer = None
-    if first[1] is not None:
-        answer = writes.load(IdempotencyRecord, first[1 : 1 + width])
+    if first[2] is not None:
+        answer = writes.load(IdempotencyRecord, first[2 : 2 + width])
     found = {
-        row[1 + width]: writes.load(Instance, row[2 + width :]) for row in rows if row[1 + width]
+        row[2 + width]: writes.load(Instance, row[3 + width :]) for row in rows if row[2 + width]
     }
     return FunnelFacts(
         opted_in=bool(first[0]),
         candidates=rules.InstanceCandidates(found.get("own"), found.get("official"), found.get("shared")),
         answer=answer,
+        key_active=bool(first[1]),
     )
 
 
@@ -295,7 +306,9 @@ def accept_message(
     or refuses another body with 409), Rejected when a funnel check refuses.
     """
     now = timezone.now()
-    facts = read_facts(project, req, idempotency_key, now)
+    facts = read_facts(project, req, idempotency_key, now, api_key)
+    if not facts.key_active:  # revoked since this process cached it: the key answers first (contract §3)
+        raise Rejected(401, "unauthorized", "Unknown or revoked API key.")
     if facts.answer is not None:
         raise AnsweredBefore(facts.answer)
     instance = judge(project, environment, req, facts)

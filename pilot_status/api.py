@@ -47,7 +47,7 @@ def _message(exc: exceptions.APIException) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, Rejected):
-        return Response(exc.as_body(), status=exc.status)
+        return Response(exc.as_body(), status=exc.status, headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("payload_too_large", "The request body is too large.", {"limitBytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}),

@@ -1,13 +1,15 @@
-"""API keys are cached per process for a few seconds (issue 7, B1), never when unknown or revoked."""
+"""API keys are cached per process for a few seconds (issue 7, B1), never when unknown or revoked;
+a send checks its key again in the funnel's read."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from messaging.api import authentication
-from messaging.models import ApiKey
+from messaging.models import ApiKey, Message
 
 
 @pytest.fixture(autouse=True)
@@ -54,3 +56,24 @@ def test_the_cache_can_be_turned_off(alice, settings):
     assert _get(alice) == 200
     ApiKey.objects.get(project=alice.project, environment="LIVE").revoke()
     assert _get(alice) == 401
+
+
+def _send(actor):
+    return actor.client().post(
+        "/v1/messages/send", {"to": "+5511988887777", "category": "OTP", "text": "Code {{c}}", "variables": {"c": "1"}},
+        format="json",
+    )
+
+
+def test_a_send_refuses_a_key_revoked_by_another_process_at_once(alice, alice_instance):
+    assert _get(alice) == 200  # cached in this process
+    before = Message.objects.count()
+    # Revoked elsewhere (another web worker, the revoke_key command): this process's cache still has it.
+    ApiKey.objects.filter(project=alice.project, environment="LIVE").update(revoked_at=timezone.now())
+
+    response = _send(alice)
+
+    assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert Message.objects.count() == before  # nothing stored
+    assert _get(alice) == 200  # reads keep the documented few seconds of cache
