@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -19,6 +20,13 @@ MAX_METADATA_BYTES = 4096
 
 class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
     """Refuses fields it does not know: a typo in a field name must not pass silently."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
+        # DRF deep-copies every declared field for every serializer instance, which re-runs each
+        # field's __init__: 13 % of an accepted send's CPU (bench B1 profile). A shallow copy is
+        # enough here: bind() only sets the copy's own attributes, and no serializer of ours
+        # changes a field (or a child field, which the copies share) after declaring it.
+        return {name: copy.copy(field) for name, field in self._declared_fields.items()}
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):

@@ -3,7 +3,9 @@ locks, database outages and per-instance exchanges."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 import uuid
 
 import amqp
@@ -239,23 +241,28 @@ def test_per_instance_mode_follows_instances_added_later(
 
 
 def test_once_asked_to_stop_it_hands_prefetched_messages_back_untouched(
-    transactional_db, web, connection, topo, sent_message, exchange_name
+    transactional_db, web, connection, topo, sent_message, exchange_name, settings
 ):
     for status in ("SERVER_ACK", "DELIVERY_ACK", "READ"):
         publish_like_evolution(connection, exchange_name, receipt(status, channel="rabbitmq"))
-    worker = consumer_module.EvolutionConsumer(connection, topo)
     handled = []
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own:  # closed before counting: unacked go back
+        worker = consumer_module.EvolutionConsumer(own, topo)
 
-    def handle(message):
-        handled.append(message)
-        worker.should_stop = True  # SIGTERM arrives while the first message is being handled
-        return consumer_module.EvolutionConsumer.handle(worker, message)
+        def handle(message):
+            handled.append(message)
+            worker.should_stop = True  # SIGTERM arrives while the first message is being handled
+            return consumer_module.EvolutionConsumer.handle(worker, message)
 
-    worker.handle = handle
-    for _ in worker.consume(timeout=2):
-        if worker.should_stop:
-            break
+        worker.handle = handle
+        with contextlib.closing(worker.consume(timeout=2)) as loop:
+            for _ in loop:
+                if worker.should_stop:
+                    break
 
     assert len(handled) == 1  # the one in hand is finished, the other two go back to the queue
     assert IngestionEvent.objects.count() == 1
+    deadline = time.monotonic() + 5
+    while depth(connection, topo.work) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert depth(connection, topo.work) == 2
