@@ -46,33 +46,30 @@ def latencies(ctx: Context, ids: list[str]) -> dict[str, Any]:
 
     met, _ = wait_for(lambda: Message.objects.filter(pk__in=ids, sent_at__isnull=False).count() >= len(ids),
                       ctx.sizes.wait_timeout, 0.25)
-    sent_at = dict(Message.objects.filter(pk__in=ids).values_list("id", "sent_at"))
-    created_at = dict(Message.objects.filter(pk__in=ids).values_list("id", "created_at"))
-    values = [
-        (sent_at[uuid.UUID(i)] - created_at[uuid.UUID(i)]).total_seconds() * 1000 if sent_at.get(uuid.UUID(i)) else float("inf")
-        for i in ids
-    ]
+    rows = {mid: (created, dispatched, sent) for mid, created, dispatched, sent in Message.objects.filter(pk__in=ids)
+            .values_list("id", "created_at", "dispatched_at", "sent_at")}
+    times = [rows[uuid.UUID(i)] for i in ids]  # in stream order
+    values = [(sent - created).total_seconds() * 1000 if sent else float("inf") for created, _, sent in times]
     slowest = sorted(range(len(values)), key=lambda n: -values[n])[:3]
     return {"count": len(values), "all_sent": met, "p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99),
-            "max_ms": max(values, default=float("nan")), "segments": segments(ids),
+            "max_ms": max(values, default=float("nan")), "segments": segments(rows),
             # (position in the stream, ms): shows whether the tail is the cold start or spread out
             "slowest": [(n, round(values[n])) for n in slowest]}
 
 
-def segments(ids: list[str]) -> dict[str, dict[str, float]]:
+def segments(rows: dict[Any, tuple[Any, Any, Any]]) -> dict[str, dict[str, float]]:
     """Where an OTP's time goes: accept → released by the relay (`relay`) → picked up, claimed and routed by a
     lane worker (`pickup`) → Evolution's answer (`http`, the call's own time, carried by the ATTEMPT line,
-    which is stamped when the answer is back, just before sent_at)."""
-    from messaging.models import EventKind, Message, MessageEvent
+    which is stamped when the answer is back, just before sent_at). `rows`: id → (created, dispatched, sent)."""
+    from messaging.models import EventKind, MessageEvent
 
     attempts = {
         message_id: (created, detail)
-        for message_id, created, detail in MessageEvent.objects.filter(message_id__in=ids, kind=EventKind.ATTEMPT)
+        for message_id, created, detail in MessageEvent.objects.filter(message_id__in=list(rows), kind=EventKind.ATTEMPT)
         .values_list("message_id", "created_at", "detail")
     }
     parts: dict[str, list[float]] = {"relay": [], "pickup": [], "http": []}
-    for message_id, created, dispatched in Message.objects.filter(pk__in=ids).values_list(
-            "id", "created_at", "dispatched_at"):
+    for message_id, (created, dispatched, _) in rows.items():
         if message_id not in attempts or dispatched is None:
             continue
         answered, detail = attempts[message_id]
@@ -81,6 +78,10 @@ def segments(ids: list[str]) -> dict[str, dict[str, float]]:
         parts["pickup"].append((answered - dispatched).total_seconds() * 1000 - http)
         parts["http"].append(http)
     return {name: {"p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99)} for name, values in parts.items()}
+
+
+def _segments_text(result: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p99_ms']:.0f}" for k, v in result["segments"].items())
 
 
 def one_run(ctx: Context, backlog: int) -> dict[str, Any]:
@@ -112,12 +113,10 @@ def run(ctx: Context) -> dict[str, Any]:
             idle.append(one_run(ctx, 0))
             busy.append(one_run(ctx, sizes.b3_backlog))
             ctx.log(f"  B3 run {n + 1}: idle p50/p99 {idle[-1]['p50_ms']:.0f}/{idle[-1]['p99_ms']:.0f} ms "
-                    f"(segments p50/p99 " + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p99_ms']:.0f}"
-                                                     for k, v in idle[-1]["segments"].items()) + "), "
+                    f"(segments p50/p99 {_segments_text(idle[-1])}), "
                     f"with backlog {busy[-1]['p50_ms']:.0f}/{busy[-1]['p99_ms']:.0f} ms "
-                    f"({busy[-1].get('backlog_left', 0)} of the backlog left); segments p50/p99 "
-                    + ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p99_ms']:.0f}" for k, v in busy[-1]["segments"].items())
-                    + f"; slowest idle {idle[-1]['slowest']}, busy {busy[-1]['slowest']}")
+                    f"({busy[-1].get('backlog_left', 0)} of the backlog left; segments p50/p99 {_segments_text(busy[-1])}); "
+                    f"slowest idle {idle[-1]['slowest']}, busy {busy[-1]['slowest']}")
     ctx.fresh()
     idle_p99 = Spread.of([r["p99_ms"] for r in idle])
     busy_p99 = Spread.of([r["p99_ms"] for r in busy])
