@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ RETRY_DELAYS_S = (5, 30, 180)
 LOCKED_DELAY_S = RETRY_DELAYS_S[0]
 DB_DOWN_DELAY_S = RETRY_DELAYS_S[1]
 CONNECTION_CHECK_SECONDS = 1.0
+CONFIRM_TIMEOUT_S = 10.0
 RETRY_HEADER = "x-ps-retries"
 ERROR_HEADER = "x-ps-last-error"
 
@@ -145,6 +147,8 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self.next_refresh = time.monotonic() + self.refresh_seconds
         self.handled = 0
         self.next_connection_check = 0.0
+        self.arrived: deque[Any] = deque()  # deliveries waiting for the one being handled
+        self.handling = False
 
     # ---- topology ------------------------------------------------------------------------
 
@@ -187,6 +191,26 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
     # ---- messages ------------------------------------------------------------------------
 
     def on_message(self, body: Any, message: Any) -> None:
+        # A copy moved to a delay queue waits for the broker's confirm, and py-amqp hands
+        # deliveries that arrive meanwhile to this callback from inside that wait. Handled there,
+        # a nested publish could take the confirm meant for the outer one (RabbitMQ confirms
+        # several publishes with one `multiple` ack) and leave the outer wait blocked until the
+        # broker drops the connection for missed heartbeats. So they queue up and are handled
+        # one after the other once the current message is done.
+        self.arrived.append(message)
+        if self.handling:
+            return
+        self.handling = True
+        try:
+            while self.arrived:
+                self._on_one(self.arrived.popleft())
+        except BaseException:
+            self.arrived.clear()  # the broker went away: it redelivers them on the next connection
+            raise
+        finally:
+            self.handling = False
+
+    def _on_one(self, message: Any) -> None:
         if self.should_stop:
             # Stopping (SIGTERM): up to prefetch_count messages can still be in this batch, each a
             # forward of up to its timeout; hand them back to the queue untouched instead, so that
@@ -266,7 +290,9 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         # Publish the copy first, then ack the original: a crash in between duplicates the
         # event (the inbox dedups it), never loses it.
         producer = Producer(message.channel, exchange=Exchange(""), routing_key=queue_name)
-        producer.publish(message.body, headers=headers, delivery_mode=2)
+        # A confirm that never comes ends as a connection error (reconnect; the unacked original
+        # is redelivered), never as a consumer blocked for good.
+        producer.publish(message.body, headers=headers, delivery_mode=2, confirm_timeout=CONFIRM_TIMEOUT_S)
         message.ack()
 
 

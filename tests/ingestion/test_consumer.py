@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import uuid
 
@@ -14,7 +15,7 @@ from kombu import Connection
 
 from ingestion import consumer as consumer_module
 from ingestion import inbox, receive
-from ingestion.locks import event_lock
+from ingestion.locks import LOCK_PREFIX, event_lock
 from ingestion.models import IngestionEvent
 from messaging.models import Status
 from tests.conftest import add_instance
@@ -266,3 +267,46 @@ def test_once_asked_to_stop_it_hands_prefetched_messages_back_untouched(
     while depth(connection, topo.work) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert depth(connection, topo.work) == 2
+
+
+def test_deliveries_arriving_during_a_confirm_wait_are_handled_after_it_never_inside(
+    transactional_db, connection, topo, exchange_name, settings
+):
+    # Each delayed copy waits for the broker's publisher confirm, and py-amqp hands deliveries that
+    # arrive meanwhile to the consumer's callback from inside that wait. Handled there, a nested
+    # publish could take the confirm (RabbitMQ confirms several publishes with one `multiple` ack)
+    # and leave the outer wait blocked until the broker dropped the connection for missed
+    # heartbeats: the bench saw the RabbitMQ channel stall for a minute that way.
+    from pilot_status import metrics
+
+    count = 120
+    payloads = [receipt("READ", key_id=f"BURST{n:04d}", channel="rabbitmq") for n in range(count)]
+    for payload in payloads:  # the webhook channel is on every one of them right now
+        metrics.redis().set(LOCK_PREFIX + inbox.dedup_key(payload), "webhook", ex=60)
+    for payload in payloads:
+        publish_like_evolution(connection, exchange_name, payload)
+
+    with Connection(settings.EVOLUTION_RABBITMQ_URL, heartbeat=30, transport_options={"confirm_publish": True}) as own:
+        worker = consumer_module.EvolutionConsumer(own, topo)
+        depth_now, deepest = [0], [0]
+
+        def handle(message):
+            depth_now[0] += 1
+            deepest[0] = max(deepest[0], depth_now[0])
+            try:
+                return consumer_module.EvolutionConsumer.handle(worker, message)
+            finally:
+                depth_now[0] -= 1
+
+        worker.handle = handle
+        runner = threading.Thread(target=consume, args=(worker, count, 10), daemon=True)
+        runner.start()
+        runner.join(30)
+        stalled = runner.is_alive()
+        if stalled:
+            own.collect()  # let the stuck read go so that the thread ends with the test
+
+    assert not stalled and worker.handled == count
+    assert deepest[0] == 1  # one message at a time, even with a prefetched batch arriving mid-wait
+    assert depth(connection, topo.retries[0]) == count and depth(connection, topo.work) == 0
+    assert IngestionEvent.objects.count() == 0
