@@ -180,6 +180,16 @@ def _details(results: dict[str, Any]) -> list[str]:
                        f"{r['messages_delivered']:,} | {r.get('stray_rows', 0)} | {r['webhooks_posted']:,} | {r['rabbitmq_published']:,} | {counters} "
                        f"| {100 * r['simulator_cpu_share']:.0f} % |")
         out.append("")
+        first = b5["runs"][0]
+        bare = (sc.get("B1") or {}).get("cpu_ms_per_request", {}).get("baseline")
+        if first.get("cpu_ms_per_event"):
+            rows = {"per event (both copies), run 1": first["cpu_ms_per_event"]}
+            if bare:
+                rows = {"per bare insert request (B1's baseline)": bare, **rows}
+            out += _per_unit_table(
+                "CPU milliseconds per unit of work (all cores): one event, both copies (the simulator's webhook and "
+                "RabbitMQ publish, the webhook pool, the consumer, the servers) against one bare insert request. "
+                "`machine` is every busy CPU, the load generator included.", rows)
     if b6 := sc.get("B6"):
         out += ["### B6 fairness in the marketing lane", "",
                 f"A queues {b6['backlog']:,} MARKETING, B queues {b6['b_messages']} MARKETING "

@@ -9,17 +9,20 @@ to the last event processed and every message DELIVERED. The baseline is B1's ba
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import requests
 
 from ..backlog import bulk_accept, live_key
-from ..context import Context, cpu_summary, wait_for
+from ..context import Context, cpu_summary, per_unit, wait_for
 from ..stats import Spread
 
 EVOLUTION_COUNTERS = "ps:metrics:evolution:*"
-EMITTERS = 4  # threads calling /_control/emit: enough that the emitting side is never the limit
+# The load generator asks the simulator for events in batches (one control call per batch), so
+# that its own HTTP work is not a second load on the machine, and keeps at most this many
+# webhooks pending: enough that the webhook pool never waits for work.
+EMIT_BATCH = 100
+IN_FLIGHT_LIMIT = 300
 
 
 def prepare(ctx: Context, count: int) -> list[tuple[str, str, str]]:
@@ -44,21 +47,22 @@ def prepare(ctx: Context, count: int) -> list[tuple[str, str, str]]:
 
 
 def emit_all(ctx: Context, instance: str, instance_id: str, rows: list[tuple[str, str, str]]) -> None:
-    sessions: dict[int, requests.Session] = {}
-    import threading
+    """Ask the simulator for one DELIVERY_ACK per row, in batches, keeping its webhooks in flight bounded.
 
-    def emit(row: tuple[int, tuple[str, str, str]]) -> None:
-        n, (_, key_id, jid) = row
-        session = sessions.setdefault(threading.get_ident(), requests.Session())
-        response = session.post(f"{ctx.sim.base_url}/_control/emit", json={
-            "instance": instance, "event": "messages.update",
-            "data": {"keyId": key_id, "remoteJid": jid, "fromMe": True, "status": "DELIVERY_ACK",
-                     "instanceId": instance_id, "messageId": n},
-        }, timeout=30)
+    Closed loop, like wrk's fixed connections: the next batch goes out when fewer than
+    IN_FLIGHT_LIMIT webhooks are pending, so the receiver is always busy but no webhook waits
+    past Evolution's timeout (which would turn into retries, i.e. extra load the figure would pay).
+    """
+    session = requests.Session()
+    for start in range(0, len(rows), EMIT_BATCH):
+        while ctx.sim.stats()["webhook"]["in_flight"] > IN_FLIGHT_LIMIT:
+            time.sleep(0.02)
+        batch = [{"keyId": key_id, "remoteJid": jid, "fromMe": True, "status": "DELIVERY_ACK",
+                  "instanceId": instance_id, "messageId": start + n}
+                 for n, (_, key_id, jid) in enumerate(rows[start:start + EMIT_BATCH])]
+        response = session.post(f"{ctx.sim.base_url}/_control/emit",
+                                 json={"instance": instance, "event": "messages.update", "batch": batch}, timeout=30)
         response.raise_for_status()
-
-    with ThreadPoolExecutor(EMITTERS) as pool:
-        list(pool.map(emit, enumerate(rows)))
 
 
 def evolution_counters() -> dict[str, int]:
@@ -67,6 +71,25 @@ def evolution_counters() -> dict[str, int]:
     keys = metrics.redis().keys(EVOLUTION_COUNTERS)
     values = metrics.redis().mget(keys) if keys else []
     return {k.decode().removeprefix("ps:metrics:evolution:"): int(v or 0) for k, v in zip(keys, values)}
+
+
+def applied(ids: list[str], count: int) -> Any:
+    """Every event processed and every message DELIVERED."""
+    from django.db.models import Count, Q
+
+    from ingestion.models import IngestionEvent
+    from messaging.models import Message
+
+    events = IngestionEvent.objects.aggregate(n=Count("pk"), processed=Count("pk", filter=Q(processed_at__isnull=False)))
+    delivered = Message.objects.filter(pk__in=ids, status="DELIVERED").count()
+    return events["processed"] >= count and delivered >= count and (events, delivered)
+
+
+def copies_handled(count: int) -> bool:
+    # Every RabbitMQ copy ends as skipped (already processed), forwarded or parked; one that met
+    # the other channel's lock waits in a delay queue first (ingestion/consumer.py).
+    c = evolution_counters()
+    return c.get("rabbitmq:skipped", 0) + c.get("rabbitmq:forward_ok", 0) + c.get("rabbitmq:parked", 0) >= count
 
 
 def one_run(ctx: Context, count: int) -> dict[str, Any]:
@@ -85,26 +108,14 @@ def one_run(ctx: Context, count: int) -> dict[str, Any]:
     rows = prepare(ctx, count)
     ids = [r[0] for r in rows]
     sim_before = ctx.sim.stats()
-    started = time.time()
-    emit_all(ctx, instance, instance_id, rows)
-    emitted_s = time.time() - started
-
-    def done() -> Any:
-        events = IngestionEvent.objects.aggregate(n=Count("pk"), processed=Count("pk", filter=Q(processed_at__isnull=False)))
-        delivered = Message.objects.filter(pk__in=ids, status="DELIVERED").count()
-        return events["processed"] >= count and delivered >= count and (events, delivered)
-
-    met, _ = wait_for(done, ctx.sizes.wait_timeout, 0.25)
-    finished = time.time()
-
-    def copies_handled() -> bool:
-        # Every RabbitMQ copy ends as skipped (already processed), forwarded or parked; one that met
-        # the other channel's lock waits in a delay queue first (ingestion/consumer.py).
-        c = evolution_counters()
-        return c.get("rabbitmq:skipped", 0) + c.get("rabbitmq:forward_ok", 0) + c.get("rabbitmq:parked", 0) >= count
-
-    all_copies, _ = wait_for(copies_handled, ctx.sizes.wait_timeout, 0.25)
-    copies_done = time.time()
+    with ctx.cpu(servers=True) as cpu:
+        started = time.time()
+        emit_all(ctx, instance, instance_id, rows)
+        emitted_s = time.time() - started
+        met, _ = wait_for(lambda: applied(ids, count), ctx.sizes.wait_timeout, 0.25)
+        finished = time.time()
+        all_copies, _ = wait_for(lambda: copies_handled(count), ctx.sizes.wait_timeout, 0.25)
+        copies_done = time.time()
     # This run's events only: a copy of the previous run's event still in flight in the consumer
     # when the tables were emptied lands as a row of its own (a stray, reported apart).
     ours = IngestionEvent.objects.filter(key_id__in=[r[1] for r in rows])
@@ -128,6 +139,8 @@ def one_run(ctx: Context, count: int) -> dict[str, Any]:
         "webhooks_posted": sim_after["webhook"]["posted"] - sim_before["webhook"]["posted"],
         "rabbitmq_published": sim_after["rabbitmq"]["published"] - sim_before["rabbitmq"]["published"],
         "metrics": counters,
+        # Both copies of one event, every process and server, the load generator's polling included.
+        "cpu_ms_per_event": per_unit(cpu, count),
         "simulator_cpu_share": round((sim_after["cpu_seconds"] - sim_before["cpu_seconds"]) / max(finished - started, 1e-6), 3),
     }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import requests
 
 from .conftest import Json, Receiver, Simulator, sample, wait_for
@@ -71,6 +72,26 @@ def test_emit_sends_an_arbitrary_event(sim: Simulator, receiver: Receiver, inst:
     assert sim.control("emit", {"instance": "my-instance", "event": "messages.delete", "data": data})
     body = receiver.wait(1)[0]
     assert (body["event"], body["data"]) == ("messages.delete", data)
+
+
+def test_emit_a_batch_sends_one_event_per_item_in_order(sim: Simulator, receiver: Receiver, inst: Json) -> None:
+    sim.instance("my-instance", webhook={"url": receiver.url + "/hook"})
+    items = [{"keyId": f"K{n}", "status": "READ", "fromMe": True} for n in range(3)]
+    answer = sim.control("emit", {"instance": "my-instance", "event": "messages.update", "batch": items})
+    assert answer == {"emitted": "messages.update", "count": 3}
+    assert sorted(b["data"]["keyId"] for b in receiver.wait(3)) == ["K0", "K1", "K2"]
+
+
+@pytest.mark.parametrize("body", [
+    {"instance": "my-instance", "event": "messages.update", "batch": {"keyId": "K"}},
+    {"instance": "my-instance", "event": "messages.update", "batch": [], "data": {}},
+])
+def test_a_bad_batch_is_400_and_emits_nothing(sim: Simulator, receiver: Receiver, inst: Json, body: Json) -> None:
+    sim.instance("my-instance", webhook={"url": receiver.url + "/hook"})
+    response = sim.http.post(f"{sim.url}/_control/emit", json=body)
+    assert response.status_code == 400 and "batch" in response.json()["error"]
+    time.sleep(0.1)
+    assert receiver.requests == []
 
 
 def test_bad_control_input_is_rejected(sim: Simulator) -> None:
