@@ -68,14 +68,23 @@ def envint(name: str, default: int, minimum: int | None = None) -> int:
     return number
 
 
-def envfloat(name: str, default: float) -> float:
+def envfloat(name: str, default: float, above: float | None = None, at_most: float | None = None) -> float:
+    """A number from the environment; `above` and `at_most` bound it (a rate or a timeout of 0
+    would divide by zero or never wait, so those refuse start-up instead)."""
     value = _raw(name)
     if value is None or value == "":
         return default
     try:
-        return float(value)
+        number = float(value)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from exc
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {value!r}")
+    if above is not None and number <= above:
+        raise ImproperlyConfigured(f"{name} must be > {above:g}, got {value}")
+    if at_most is not None and number > at_most:
+        raise ImproperlyConfigured(f"{name} must be <= {at_most:g}, got {value}")
+    return number
 
 
 def envurl(name: str, schemes: tuple[str, ...], default: str | None = None) -> str:
@@ -199,8 +208,8 @@ if EVOLUTION_RABBITMQ_URL:
 EVOLUTION_RABBITMQ_EXCHANGE = envstr("EVOLUTION_RABBITMQ_EXCHANGE", "evolution_exchange")
 # Per-instance mode: Evolution publishes on an exchange named after each instance.
 EVOLUTION_RABBITMQ_PER_INSTANCE = envbool("EVOLUTION_RABBITMQ_PER_INSTANCE", False)
-EVOLUTION_CONNECT_TIMEOUT = envfloat("EVOLUTION_CONNECT_TIMEOUT", 3.0)
-EVOLUTION_READ_TIMEOUT = envfloat("EVOLUTION_READ_TIMEOUT", 15.0)
+EVOLUTION_CONNECT_TIMEOUT = envfloat("EVOLUTION_CONNECT_TIMEOUT", 3.0, above=0)
+EVOLUTION_READ_TIMEOUT = envfloat("EVOLUTION_READ_TIMEOUT", 15.0, above=0)
 # Human-like typing before each message, in ms per character, capped (seeds A, stage 3).
 TYPING_DELAY_MS_PER_CHAR = envint("TYPING_DELAY_MS_PER_CHAR", 0, minimum=0)
 TYPING_DELAY_MAX_MS = envint("TYPING_DELAY_MAX_MS", 3000, minimum=0)
@@ -218,24 +227,24 @@ PORT = envint("PORT", 8000, minimum=1)
 SEND_MAX_ATTEMPTS = envint("SEND_MAX_ATTEMPTS", 10, minimum=1)
 SEND_LEASE_SECONDS = envint("SEND_LEASE_SECONDS", 60, minimum=5)
 RELAY_BATCH_SIZE = envint("RELAY_BATCH_SIZE", 200, minimum=1)
-RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0)
+RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0, above=0)
 # Messages SENT/SERVER_ACK for longer than this without DELIVERY_ACK are checked with Evolution.
 STATUS_SYNC_AFTER_SECONDS = envint("STATUS_SYNC_AFTER_SECONDS", 120, minimum=1)
 # Circuit breaker (issue 4 §5), one per instance and one for the whole gateway.
 # Opens after this many transient failures in a row...
 BREAKER_FAILURE_RUN = envint("BREAKER_FAILURE_RUN", 5, minimum=1)
 # ...or when at least BREAKER_MIN_CALLS calls in BREAKER_WINDOW_SECONDS failed at this rate (0..1).
-BREAKER_FAILURE_RATE = envfloat("BREAKER_FAILURE_RATE", 0.5)
+BREAKER_FAILURE_RATE = envfloat("BREAKER_FAILURE_RATE", 0.5, above=0, at_most=1)
 BREAKER_MIN_CALLS = envint("BREAKER_MIN_CALLS", 20, minimum=1)
 BREAKER_WINDOW_SECONDS = envint("BREAKER_WINDOW_SECONDS", 60, minimum=1)
 # How long an open circuit holds releases before one probe may try (half-open).
-BREAKER_OPEN_SECONDS = envfloat("BREAKER_OPEN_SECONDS", 30.0)
+BREAKER_OPEN_SECONDS = envfloat("BREAKER_OPEN_SECONDS", 30.0, above=0)
 # The gateway-wide circuit needs this many distinct failing calls in a row (all instances together).
 BREAKER_GATEWAY_FAILURE_RUN = envint("BREAKER_GATEWAY_FAILURE_RUN", 20, minimum=1)
 # Pacing (issue 4 §6): sends per second per instance, and the burst allowed after a quiet spell.
 # An instance's own `send_rate_per_second` overrides the rate. Releases after an outage or a
 # reconnect drain at this pace instead of all at once.
-SEND_RATE_PER_INSTANCE = envfloat("SEND_RATE_PER_INSTANCE", 20.0)
+SEND_RATE_PER_INSTANCE = envfloat("SEND_RATE_PER_INSTANCE", 20.0, above=0)
 SEND_RATE_BURST = envint("SEND_RATE_BURST", 10, minimum=1)
 # Fair release (issue 4 §7): the relay keeps at most this many ready tasks in each lane's queue,
 # and releases them round-robin by project, so a blast cannot bury another project's messages.
@@ -244,7 +253,7 @@ RELAY_LANE_DEPTH = envint("RELAY_LANE_DEPTH", 100, minimum=1)
 INSTANCE_STATE_CACHE_SECONDS = envfloat("INSTANCE_STATE_CACHE_SECONDS", 3.0)
 
 # Client API rate limit per key (contract §3).
-RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0)
+RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0, above=0)
 RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [

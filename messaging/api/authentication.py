@@ -63,7 +63,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.NotAuthenticated("Send your API key as 'Authorization: Bearer ps_…'.")
         scheme, _, raw = header.partition(" ")
         raw = raw.strip()
-        if scheme != self.keyword or not raw.startswith(("ps_test_", "ps_live_")):
+        # The scheme is case-insensitive (RFC 9110 §11.1); the key itself is not.
+        if scheme.lower() != self.keyword.lower() or not raw.startswith(("ps_test_", "ps_live_")):
             raise exceptions.AuthenticationFailed("Malformed API key: expected 'Bearer ps_test_…' or 'Bearer ps_live_…'.")
         key = _cached(hash_secret(raw), time.monotonic())
         if key is None or not key.is_active:

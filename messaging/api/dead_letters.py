@@ -23,7 +23,7 @@ from .. import resend
 from ..models import Category, DeadLetter, DeadLetterStatus, FailureReason
 from ..representations import dead_letter_body, message_body
 from . import schema
-from .serializers import PhoneField, StrictSerializer
+from .serializers import PhoneField, StrictSerializer, given_params
 
 
 class DeadLetterListQuerySerializer(StrictSerializer):
@@ -103,7 +103,7 @@ class DeadLetterListView(ClientApiView):
         responses=schema.responses(200, DeadLetterPage, 400, 401, 429),
     )
     def get(self, request: Request) -> Response:
-        query = DeadLetterListQuerySerializer(data=request.query_params.dict())
+        query = DeadLetterListQuerySerializer(data=given_params(request))
         query.is_valid(raise_exception=True)
         # select_related: dead_letter_body reads the message's category and recipient per row.
         rows = resend.matching(self.project, query.filters()).select_related("message")

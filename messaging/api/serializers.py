@@ -36,6 +36,12 @@ class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
         return super().to_internal_value(data)
 
 
+def given_params(request: Any) -> dict[str, str]:
+    """The query parameters that carry a value: `?status=&cursor=` means no filter and no cursor
+    (the contract writes the list URL that way), not an invalid one."""
+    return {name: value for name, value in request.query_params.dict().items() if value != ""}
+
+
 # Digits (any script: phonenumbers reads them), a leading +, and the usual separators. Anything
 # else — "ext 12", "x3", letters — would be dropped by the parser, and the message would go to a
 # number the client did not write.
@@ -97,6 +103,14 @@ class SendMessageSerializer(StrictSerializer):
     deliverUntil = serializers.DateTimeField(required=False, allow_null=True, default=None)
     priority = serializers.ChoiceField(choices=Priority.values, required=False, default=Priority.NORMAL)
     metadata = serializers.DictField(required=False, default=dict)
+
+    # Optional fields where an explicit null means "not given" (SDKs send unset fields as null).
+    NULL_MEANS_ABSENT = ("variables", "priority", "metadata")
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if not (v is None and k in self.NULL_MEANS_ABSENT)}
+        return super().to_internal_value(data)
 
     def validate_text(self, value: str) -> str:
         if not value.strip():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +24,7 @@ from ..errors import Rejected
 from ..models import Instance, Message, OptIn
 from ..representations import iso, message_body
 from . import schema
-from .serializers import MessageListQuerySerializer, OptInSerializer, SendMessageSerializer
+from .serializers import MessageListQuerySerializer, OptInSerializer, SendMessageSerializer, given_params
 
 
 def _request_hash(raw: bytes) -> str:
@@ -98,9 +99,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         padded = cursor + "=" * (-len(cursor) % 4)
         created, _, pk = base64.urlsafe_b64decode(padded).decode().partition("|")
         at = parse_datetime(created)
-        if at is None or not pk:
+        if at is None:
             raise ValueError
-        return at, pk
+        return at, str(uuid.UUID(pk))  # a tampered id is a 400 here, not a database error later
     except ValueError as exc:
         raise exceptions.ValidationError({"cursor": ["Invalid cursor."]}) from exc
 
@@ -112,7 +113,7 @@ class MessageListView(ClientApiView):
         responses=schema.responses(200, schema.MessagePage, 400, 401, 429),
     )
     def get(self, request: Request) -> Response:
-        query = MessageListQuerySerializer(data=request.query_params.dict())
+        query = MessageListQuerySerializer(data=given_params(request))
         query.is_valid(raise_exception=True)
         params = query.validated_data
         rows = Message.objects.for_project(self.project).select_related("instance")

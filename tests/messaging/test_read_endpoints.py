@@ -84,6 +84,25 @@ def test_bad_list_parameters_are_400(alice, params):
     assert response.json()["error"]["code"] == "invalid_request"
 
 
+def test_a_tampered_cursor_is_400_not_500(alice):
+    import base64
+
+    for raw in ("2024-01-01T00:00:00+00:00|abc", "2024-01-01T00:00:00+00:00|", "not-a-date|x"):
+        cursor = base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+        response = alice.client().get("/v1/messages", {"cursor": cursor})
+        assert response.status_code == 400, (raw, response.content)
+        assert response.json()["error"]["details"] == {"fields": {"cursor": ["Invalid cursor."]}}
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/dead-letters"])
+def test_empty_list_parameters_mean_no_filter(alice, alice_instance, path):
+    make_message(alice, alice_instance)
+    response = alice.client().get(f"{path}?status=&category=&cursor=")
+    assert response.status_code == 200, response.content
+    if path == "/v1/messages":
+        assert len(response.json()["data"]) == 1
+
+
 def test_instances_lists_only_the_projects_own(alice, alice_instance, official_instance, carol):
     add_instance(carol.project, "carol-main")
     data = alice.client().get("/v1/instances").json()["data"]

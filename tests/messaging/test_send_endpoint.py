@@ -92,6 +92,30 @@ def test_bad_keys_are_401(db, header):
     assert_error(client.post(URL, body(), format="json"), 401, "unauthorized")
 
 
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER"])
+def test_the_bearer_scheme_is_case_insensitive(alice, alice_instance, opted_in, scheme):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"{scheme} {alice.live_key}")
+    assert client.post(URL, body(), format="json").status_code == 202
+
+
+def test_an_explicit_null_for_an_optional_field_means_not_given(alice, alice_instance, opted_in):
+    response = alice.client().post(
+        URL, body(text="Hello", variables=None, priority=None, metadata=None, instance=None, deliverUntil=None),
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    message = Message.objects.get(pk=response.json()["id"])
+    assert (message.variables, message.priority, message.metadata) == ({}, "normal", {})
+
+
+def test_a_null_required_field_is_still_400(alice, alice_instance, opted_in):
+    assert_error(alice.client().post(URL, body(category=None), format="json"), 400, "invalid_request")
+    assert_nothing_stored()
+
+
 def test_a_revoked_key_is_401(alice, alice_instance, opted_in):
     ApiKey.objects.get(project=alice.project, environment="LIVE").revoke()
     assert_error(alice.client().post(URL, body(), format="json"), 401, "unauthorized")

@@ -1,0 +1,38 @@
+"""Start-up refuses a malformed setting with a message naming it (contract §7), instead of failing later."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_up(**overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "pilot_status.settings", **overrides}
+    return subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("name, value, says", [
+    ("RATE_LIMIT_PER_SECOND", "0", "RATE_LIMIT_PER_SECOND must be > 0"),
+    ("RATE_LIMIT_PER_SECOND", "-5", "RATE_LIMIT_PER_SECOND must be > 0"),
+    ("SEND_RATE_PER_INSTANCE", "nan", "SEND_RATE_PER_INSTANCE must be a finite number"),
+    ("EVOLUTION_READ_TIMEOUT", "0", "EVOLUTION_READ_TIMEOUT must be > 0"),
+    ("BREAKER_FAILURE_RATE", "1.5", "BREAKER_FAILURE_RATE must be <= 1"),
+    ("RATE_LIMIT_BURST", "0", "RATE_LIMIT_BURST must be >= 1"),
+    ("SEND_MAX_ATTEMPTS", "ten", "SEND_MAX_ATTEMPTS must be an integer"),
+])
+def test_a_malformed_number_stops_start_up_and_names_the_setting(name, value, says):
+    result = start_up(**{name: value})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and says in result.stderr
+
+
+def test_the_defaults_start():
+    result = start_up()
+    assert result.returncode == 0, result.stderr
