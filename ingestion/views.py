@@ -23,23 +23,7 @@ log = logging.getLogger(__name__)
 @require_POST
 def webhook(request: HttpRequest, event_suffix: str = "") -> HttpResponse:
     try:
-        payload: Any = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
-        return error_response(400, "invalid_json", "The body is not valid JSON.")
-    if not inbox.is_evolution_event(payload):
-        # 400 is non-retryable for Evolution: a body that is not an event never will be.
-        return error_response(400, "not_an_evolution_event", "Expected an Evolution event: {event, instance, data}.")
-    try:
-        if payload.get("already_saved") is True:
-            if not auth.is_internal(request):
-                metrics.evolution("webhook:unauthorized")
-                return error_response(401, "unauthorized", "Internal forwards need the internal secret.")
-            received = receive.receive_forwarded(payload)
-        else:
-            if auth.authenticate_evolution(request, payload) is None:
-                metrics.evolution("webhook:unauthorized")
-                return error_response(401, "unauthorized", "Unknown instance or bad Evolution credentials.")
-            received = receive.receive_webhook(payload)
+        return _webhook(request)
     except DatabaseError as exc:
         # Not stored: 503 is retryable for Evolution (and for our consumer and reconciler).
         log.warning("webhook: database unavailable (%s); asking the sender to retry", exc)
@@ -47,7 +31,38 @@ def webhook(request: HttpRequest, event_suffix: str = "") -> HttpResponse:
         response = error_response(503, "unavailable", "Cannot store the event now; retry later.")
         response["Retry-After"] = "5"
         return response
+
+
+def _webhook(request: HttpRequest) -> HttpResponse:
+    try:
+        payload: Any = json.loads(request.body)
+        parsed = True
+    except (ValueError, UnicodeDecodeError):
+        payload, parsed = None, False
+    # Who is calling comes first (contract §6: anything not authenticated is 401 and stores
+    # nothing): only a caller we know (an instance, or our own processes) learns what is wrong
+    # with its body.
+    forwarded = isinstance(payload, dict) and payload.get("already_saved") is True
+    internal = auth.is_internal(request)
+    evolution = None if forwarded or not isinstance(payload, dict) else auth.authenticate_evolution(request, payload)
+    if forwarded and not internal:
+        return _unauthorized("Internal forwards need the internal secret.")
+    if not forwarded and evolution is None and not internal:
+        return _unauthorized("Unknown instance or bad Evolution credentials.")
+    if not parsed:
+        return error_response(400, "invalid_json", "The body is not valid JSON.")
+    if not inbox.is_evolution_event(payload):
+        # 400 is non-retryable for Evolution: a body that is not an event never will be.
+        return error_response(400, "not_an_evolution_event", "Expected an Evolution event: {event, instance, data}.")
+    if not forwarded and evolution is None:  # our own process, but the event is not proven Evolution's
+        return _unauthorized("Unknown instance or bad Evolution credentials.")
+    received = receive.receive_forwarded(payload) if forwarded else receive.receive_webhook(payload)
     return JsonResponse(received.as_json())
+
+
+def _unauthorized(message: str) -> HttpResponse:
+    metrics.evolution("webhook:unauthorized")
+    return error_response(401, "unauthorized", message)
 
 
 def _metrics_allowed(request: HttpRequest) -> HttpResponse | None:

@@ -144,8 +144,7 @@ def test_an_internal_forward_runs_the_logic_on_the_saved_row(sent_message, alice
 
 @pytest.mark.parametrize(
     "payload",
-    [{}, {"event": "x"}, [1, 2], "text", {"event": "messages.update", "instance": "alice-main"},
-     {"event": "messages.update", "instance": "", "data": {}},
+    [{"event": "messages.update", "instance": "alice-main"},
      {"event": "Not An Event!", "instance": "alice-main", "data": {}},
      {"event": "messages.update", "instance": "alice-main", "data": "x"},
      {"event": 3, "instance": "alice-main", "data": {}}],
@@ -157,12 +156,26 @@ def test_a_payload_that_is_not_an_evolution_event_is_400_and_stores_nothing(alic
     assert IngestionEvent.objects.count() == 0
 
 
-def test_invalid_json_is_400(db):
+@pytest.mark.parametrize("body", ["{nope", "[1, 2]", '"text"', "{}", '{"event": "x"}',
+                                  '{"event": "messages.update", "instance": "", "data": {}}'])
+def test_a_body_that_names_no_known_instance_is_401_before_any_validation(alice_instance, body):
     from django.test import Client
 
-    response = Client().post(URL, data="{nope", content_type="application/json")
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_json"
+    # The token is valid for alice-main, but nothing in the body says the call is alice-main's.
+    response = Client().post(URL, data=body, content_type="application/json", **token_header(alice_instance))
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert IngestionEvent.objects.count() == 0
+
+
+def test_our_own_processes_are_told_what_is_wrong_with_a_body(db, settings):
+    from django.test import Client
+
+    secret = {"HTTP_X_INTERNAL_WEBHOOK_SECRET": settings.INTERNAL_WEBHOOK_SECRET}
+    response = Client().post(URL, data="{nope", content_type="application/json", **secret)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+    response = Client().post(URL, data='{"already_saved": true}', content_type="application/json", **secret)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "not_an_evolution_event"
 
 
 def test_get_is_405_json(db):
