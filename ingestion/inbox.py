@@ -135,6 +135,19 @@ _EXISTING = """
 """
 
 
+def row_values(channel: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The inbox row's columns for this copy of an event (the raw payload as JSON text)."""
+    return {
+        "key": dedup_key(payload),
+        "channel": channel,
+        "event": storable(str(payload.get("event"))[:64]),
+        "instance": storable(str(payload.get("instance"))[:100]),
+        "key_id": storable(key_id_of(payload)[:64]),
+        "payload": _as_jsonb({k: v for k, v in payload.items() if k != "already_saved"}),
+        "occurred_at": occurred_at_of(payload),
+    }
+
+
 def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]:
     """Store the raw event once; returns (row, created). Concurrent channels meet at the unique key.
 
@@ -143,17 +156,9 @@ def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]
     round trip in the usual cases (new event, or a copy of one already stored). The row
     returned carries the identity fields and processing state; `payload` is this copy's.
     """
-    key = dedup_key(payload)
+    params = row_values(channel, payload)
+    key = params["key"]
     stored = {k: v for k, v in payload.items() if k != "already_saved"}
-    params = {
-        "key": key,
-        "channel": channel,
-        "event": storable(str(payload.get("event"))[:64]),
-        "instance": storable(str(payload.get("instance"))[:100]),
-        "key_id": storable(key_id_of(payload)[:64]),
-        "payload": _as_jsonb(stored),
-        "occurred_at": occurred_at_of(payload),
-    }
     with connection.cursor() as cursor:
         row = None
         # A row deleted between our conflict and the read (pruning) means: insert again.

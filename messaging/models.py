@@ -59,6 +59,19 @@ _STAMPS = {
 }
 
 
+def progress_move(status: str, at: datetime, **detail: Any) -> tuple[list[str], dict[str, Any], list[Any]]:
+    """What a receipt moving a message forward to `status` writes, for a compare-and-set: the
+    statuses it may move from, the column changes and its timeline line."""
+    from .writes import KeepEarlier, TimelineLine
+
+    stamp = _STAMPS[Status(status)]
+    # A receipt that overtakes an earlier one (DELIVERY_ACK before SERVER_ACK, common when the
+    # two channels race) implies the earlier steps: fill their times if they are still empty.
+    implied = {_STAMPS[earlier]: KeepEarlier(at) for earlier in PROGRESS[1 : PROGRESS.index(Status(status))]}
+    changes = {"status": status, "updated_at": at, **implied, stamp: at}
+    return statuses_before(status), changes, [TimelineLine(EventKind.STATUS, {"status": status, **detail}, at)]
+
+
 def statuses_before(status: str) -> list[str]:
     """Statuses from which `status` is a forward move (used by compare-and-set updates)."""
     order = [Status.QUEUED, Status.SENDING, *PROGRESS]
@@ -300,24 +313,15 @@ class Message(models.Model):
 
     def advance(self, status: str, at: datetime | None = None, **detail: Any) -> bool:
         """Move delivery progress forward (SENT..READ); a late or repeated receipt changes nothing."""
-        from .writes import KeepEarlier, TimelineLine, compare_and_set
+        from .writes import compare_and_set
 
         at = at or timezone.now()
-        stamp = _STAMPS[Status(status)]
-        # A receipt that overtakes an earlier one (DELIVERY_ACK before SERVER_ACK, common when the
-        # two channels race) implies the earlier steps: fill their times if they are still empty.
-        implied = {_STAMPS[earlier]: KeepEarlier(at) for earlier in PROGRESS[1 : PROGRESS.index(Status(status))]}
         # One statement: the forward-only move and its timeline line (a receipt's whole write).
-        changed = compare_and_set(
-            self.pk,
-            statuses_before(status),
-            None,
-            {"status": status, "updated_at": at, **implied, stamp: at},
-            [TimelineLine(EventKind.STATUS, {"status": status, **detail}, at)],
-        )
+        before, changes, lines = progress_move(status, at, **detail)
+        changed = compare_and_set(self.pk, before, None, changes, lines)
         if changed:
             self.status = status
-            setattr(self, stamp, at)
+            setattr(self, _STAMPS[Status(status)], at)
         return changed
 
 

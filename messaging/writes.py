@@ -120,15 +120,17 @@ def message_by_evolution_id(key_id: str, instance_name: str) -> Message | None:
     return None if row is None else load(Message, row)
 
 
-def compare_and_set(
-    message_id: Any,
+def compare_and_set_ctes(
+    message_ref: str,
+    ref_params: Sequence[Any],
     from_statuses: Iterable[str],
     lease_token: uuid.UUID | None,
     changes: dict[str, Any],
     lines: Sequence[TimelineLine] = (),
-) -> bool:
-    """Update the row if it is still in `from_statuses` (and under `lease_token` when given) and
-    add its timeline lines, in one statement; False (and nothing written) when it had moved on."""
+) -> tuple[str, list[Any]]:
+    """The CTEs of a compare-and-set, for a statement that may do more: `changed` (the update of
+    the message `message_ref`, an SQL expression with `ref_params`, if it is still in
+    `from_statuses`; RETURNING id, category) and, with lines, `timeline` (its lines)."""
     assignments, params = [], []
     for name, value in changes.items():
         field = Message._meta.get_field(name)
@@ -140,12 +142,12 @@ def compare_and_set(
         else:
             assignments.append(f'"{column}" = %s')
             params.append(_prep(Message, name, value))
-    where = "id = %s AND status = ANY(%s)"
-    params += [message_id, list(from_statuses)]
+    where = f"id = {message_ref} AND status = ANY(%s)"
+    params += [*ref_params, list(from_statuses)]
     if lease_token is not None:
         where += " AND lease_token = %s"
         params.append(lease_token)
-    sql = f"WITH changed AS (UPDATE messaging_message SET {', '.join(assignments)} WHERE {where} RETURNING id, category)"
+    sql = f"changed AS (UPDATE messaging_message SET {', '.join(assignments)} WHERE {where} RETURNING id, category)"
     if lines:
         rows = ", ".join(["(%s::varchar, %s::varchar, %s::jsonb, %s::timestamptz, %s::int)"] * len(lines))
         for position, line in enumerate(lines):
@@ -158,17 +160,34 @@ timeline AS (
      ORDER BY e.position
     RETURNING 1
 )"""
-    sql += " SELECT category FROM changed"
+    return sql, params
+
+
+def compare_and_set(
+    message_id: Any,
+    from_statuses: Iterable[str],
+    lease_token: uuid.UUID | None,
+    changes: dict[str, Any],
+    lines: Sequence[TimelineLine] = (),
+) -> bool:
+    """Update the row if it is still in `from_statuses` (and under `lease_token` when given) and
+    add its timeline lines, in one statement; False (and nothing written) when it had moved on."""
+    ctes, params = compare_and_set_ctes("%s", [message_id], from_statuses, lease_token, changes, lines)
     with prepared_cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(f"WITH {ctes} SELECT category FROM changed", params)
         row = cursor.fetchone()
     if row is None:
         return False
-    # As a saved MessageEvent would (metrics.count_message_event): the timeline's counters.
-    names = [name for line in lines for name in metrics.message_counter_names(line.kind, line.detail, row[0].lower())]
+    count_timeline(lines, row[0])
+    return True
+
+
+def count_timeline(lines: Sequence[TimelineLine], category: str) -> None:
+    """As a saved MessageEvent would (metrics.count_message_event): the timeline's counters, once
+    the change commits."""
+    names = [name for line in lines for name in metrics.message_counter_names(line.kind, line.detail, category.lower())]
     if names:
         transaction.on_commit(lambda: _count(names))
-    return True
 
 
 def _count(names: list[str]) -> None:

@@ -166,21 +166,75 @@ def test_a_reconnect_releases_the_messages_waiting_for_the_instance(alice, alice
     assert entry.available_at <= timezone.now()
 
 
-def test_a_new_event_is_stored_and_applied_in_one_transaction(sent_message):
-    # handlers.ingest: one commit for the row and its effect
+def test_a_new_receipt_is_stored_and_applied_in_one_statement(sent_message):
+    # handlers.ingest: the usual receipt (its message known) is one statement, so one commit
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
         assert handlers.ingest("WEBHOOK", receipt("DELIVERY_ACK")) == "applied"
+    assert len(queries) == 1  # not even a savepoint under the test's own transaction
     event = IngestionEvent.objects.get()
     assert event.channel == "WEBHOOK" and event.processed_at is not None and event.outcome == "applied"
     sent_message.refresh_from_db()
+    assert sent_message.status == Status.DELIVERED and sent_message.delivered_at is not None
+    assert sent_message.server_ack_at == sent_message.delivered_at  # implied by the overtaking receipt
+    assert list(sent_message.events.values_list("kind", "detail")) == [
+        ("STATUS", {"status": "DELIVERED", "source": "evolution", "evolutionStatus": "DELIVERY_ACK"})]
+    assert handlers.ingest("RABBITMQ", rabbit_copy(receipt("DELIVERY_ACK"))) == handlers.ALREADY_PROCESSED
+    assert handlers.ingest("WEBHOOK", receipt("SERVER_ACK")) == "stale"  # stored, processed, changes nothing
+    assert IngestionEvent.objects.filter(outcome="stale", processed_at__isnull=False).count() == 1
+    sent_message.refresh_from_db()
     assert sent_message.status == Status.DELIVERED
+
+
+def test_any_other_new_event_is_stored_and_applied_in_one_transaction(sent_message):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        assert handlers.ingest("WEBHOOK", sample("webhook.send.message.json")) == "confirmed"
     # one transaction: a single savepoint under the test's own transaction
     assert sum(1 for q in queries if (q["sql"] or "").startswith("SAVEPOINT")) == 1  # prepared statements log sql=None
-    assert handlers.ingest("RABBITMQ", rabbit_copy(receipt("DELIVERY_ACK"))) == handlers.ALREADY_PROCESSED
-    assert IngestionEvent.objects.count() == 1
+    assert IngestionEvent.objects.get().processed_at is not None
+
+
+def test_concurrent_copies_of_a_receipt_apply_it_once(transactional_db, alice, alice_instance):
+    import threading
+
+    from django.db import connection
+
+    message = make_message(alice.project, alice_instance)
+    payload = receipt("DELIVERY_ACK")
+    outcomes: list[str | None] = []
+
+    def webhook() -> None:  # Redis down: no lock filters the copies, the database decides
+        outcomes.append(handlers.ingest("WEBHOOK", payload))
+
+    def consumer() -> None:  # what the consumer and its forward do
+        event, _ = inbox.record("RABBITMQ", rabbit_copy(payload))
+        outcomes.append(handlers.apply_saved(event.dedup_key))
+
+    def closing(fn):
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                connection.close()
+        return run
+
+    threads = [threading.Thread(target=closing(fn)) for fn in [webhook, consumer] * 4]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert len(outcomes) == 8 and outcomes.count("applied") == 1, outcomes
+    assert set(outcomes) <= {"applied", "stale", handlers.ALREADY_PROCESSED}
+    assert IngestionEvent.objects.count() == 1 and IngestionEvent.objects.get().processed_at is not None
+    message.refresh_from_db()
+    assert message.status == Status.DELIVERED
+    assert message.events.filter(kind="STATUS").count() == 1
 
 
 def test_a_receipt_whose_send_commits_while_it_looked_is_applied_by_the_second_look(alice, alice_instance, monkeypatch):
@@ -216,7 +270,7 @@ def test_a_handler_failure_keeps_the_raw_event_unprocessed(sent_message, monkeyp
 
     monkeypatch.setattr(handlers, "_effect", broken)
     with pytest.raises(RuntimeError):
-        handlers.ingest("WEBHOOK", receipt("READ"))
+        handlers.ingest("WEBHOOK", receipt("ERROR"))  # a receipt the one-statement path leaves to the handler
 
     event = IngestionEvent.objects.get()
     assert event.processed_at is None and event.channel == "WEBHOOK"  # the reconciler retries it

@@ -283,7 +283,7 @@ def test_a_copy_of_a_processed_event_costs_one_statement(sent_message, alice_ins
 
     assert response.json() == {"status": "skipped", "reason": "already_processed"}
     # one statement (its transaction's BEGIN/COMMIT, savepoints under the test's transaction aside)
-    statements = [q["sql"] for q in queries if "SAVEPOINT" not in q["sql"]]
+    statements = [q["sql"] for q in queries if "SAVEPOINT" not in (q["sql"] or "")]  # prepared: sql=None
     assert len(statements) == 1, statements
 
 
@@ -332,3 +332,23 @@ def test_a_pooled_connection_postgres_dropped_is_replaced_and_the_event_applied(
     response = post(receipt("DELIVERY_ACK"), **token_header(alice_instance))
     assert response.json() == {"status": "processed", "reason": "applied"}
     assert IngestionEvent.objects.filter(processed_at__isnull=False).count() == 2
+
+
+def test_a_new_receipt_is_applied_and_stored_in_one_statement(sent_message, alice_instance):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert post(receipt("SERVER_ACK"), **token_header(alice_instance)).json()["reason"] == "applied"  # auth cached
+
+    with CaptureQueriesContext(connection) as queries:
+        response = post(receipt("DELIVERY_ACK"), **token_header(alice_instance))
+
+    assert response.json() == {"status": "processed", "reason": "applied"}
+    statements = [q["sql"] for q in queries if "SAVEPOINT" not in (q["sql"] or "")]  # prepared: sql=None
+    assert len(statements) == 1, statements
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.DELIVERED
+    assert list(sent_message.events.values_list("kind", "detail__status")) == [
+        ("STATUS", "SERVER_ACK"), ("STATUS", "DELIVERED")]
+    event = IngestionEvent.objects.get(payload__data__status="DELIVERY_ACK")
+    assert (event.channel, event.outcome, event.processed_at is not None) == ("WEBHOOK", "applied", True)
