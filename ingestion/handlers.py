@@ -65,7 +65,7 @@ def ingest(channel: str, payload: dict[str, Any]) -> str:
       rolled back and the raw event is stored again, unprocessed, before the error goes on
       (the reconciler retries it, as when the effect failed after a separate insert).
     """
-    applied = _receipt_in_one_statement(channel, payload)
+    applied = _in_one_statement(channel, payload)
     if applied is not None:
         return applied
     try:
@@ -88,14 +88,14 @@ def ingest(channel: str, payload: dict[str, Any]) -> str:
     return outcome
 
 
-# The usual new receipt (its message known, the event not stored yet): find the message, move it
-# forward with its timeline line, and store the event processed, all in one statement instead
-# of a transaction of six round trips (BEGIN, insert, lookup, move, mark, COMMIT): receipts are
-# most of an Evolution's events (bench B2, B5). The message is moved only while the event is not
-# in the inbox; a copy stored meanwhile by the other channel makes the insert do nothing, and
-# its own handling then finds the move done ("stale"). `known` says whether the event was already
-# stored (and processed) when the statement began.
-_RECEIPT = """
+# The usual new receipt or send confirmation (its message known, the event not stored yet): find
+# the message, move it forward with its timeline line (a receipt), and store the event processed,
+# all in one statement instead of a transaction of five or six round trips (BEGIN, insert, lookup,
+# move, mark, COMMIT): these are nearly all of an Evolution's events (bench B2, B5). The message is
+# moved only while the event is not in the inbox; a copy stored meanwhile by the other channel
+# makes the insert do nothing, and that copy's own handling then finds the move done ("stale").
+# `known` says whether the event was already stored (and processed) when the statement began.
+_ONE_STATEMENT = """
 WITH known AS (
     SELECT processed_at IS NOT NULL AS processed FROM evolution_ingestion_events WHERE dedup_key = %s
 ), target AS (
@@ -108,33 +108,43 @@ stored AS (
     INSERT INTO evolution_ingestion_events
         (dedup_key, channel, event, instance_name, key_id, payload, received_at, occurred_at,
          outcome, processed_at, forward_attempts, last_error)
-    SELECT %s, %s, %s, %s, %s, %s::jsonb, now(), %s,
-           CASE WHEN EXISTS (SELECT 1 FROM changed) THEN 'applied' ELSE 'stale' END, now(), 0, ''
+    SELECT %s, %s, %s, %s, %s, %s::jsonb, now(), %s, {outcome}, now(), 0, ''
      WHERE EXISTS (SELECT 1 FROM target)
     ON CONFLICT (dedup_key) DO NOTHING
     RETURNING id
 )
 SELECT (SELECT processed FROM known), (SELECT id FROM stored), (SELECT category FROM changed)
 """
+_MOVED = "CASE WHEN EXISTS (SELECT 1 FROM changed) THEN 'applied' ELSE 'stale' END"
+# A send confirmation changes nothing (the worker recorded SENT from sendText's answer).
+_NO_MOVE = "changed AS (SELECT NULL::varchar AS category WHERE false)"
 
 
-def _receipt_in_one_statement(channel: str, payload: dict[str, Any]) -> str | None:
-    """A delivery receipt applied and stored in one statement; None when it needs the general path
-    (not such a receipt, its message unknown yet, or the event stored but not processed)."""
-    data = payload.get("data")
-    if payload.get("event") != "messages.update" or not isinstance(data, dict) or data.get("fromMe") is False:
+def _in_one_statement(channel: str, payload: dict[str, Any]) -> str | None:
+    """A delivery receipt or send confirmation applied and stored in one statement; None when it
+    needs the general path (another event, its message unknown yet, or stored but not processed)."""
+    event, data = payload.get("event"), payload.get("data")
+    if not isinstance(data, dict):
         return None
-    status = RECEIPT_STATUS.get(str(data.get("status", "")))
+    if event == "messages.update":
+        status = RECEIPT_STATUS.get(str(data.get("status", "")))
+        if status is None or data.get("fromMe") is False:
+            return None
+        before, changes, lines = progress_move(status, timezone.now(), source="evolution",
+                                               evolutionStatus=str(data["status"]))
+        move, move_params = writes.compare_and_set_ctes("(SELECT id FROM target)", [], before, None, changes, lines)
+        outcome = _MOVED
+    elif event == "send.message":
+        move, move_params, lines, outcome = _NO_MOVE, [], [], "'confirmed'"
+    else:
+        return None
     row = inbox.row_values(channel, payload)
-    if status is None or not row["key_id"]:
+    if not row["key_id"]:
         return None
-    at = timezone.now()
-    before, changes, lines = progress_move(status, at, source="evolution", evolutionStatus=str(data["status"]))
-    move, move_params = writes.compare_and_set_ctes("(SELECT id FROM target)", [], before, None, changes, lines)
     params = [row["key"], row["key_id"], row["instance"], *move_params, row["key"], row["channel"], row["event"],
               row["instance"], row["key_id"], row["payload"], row["occurred_at"]]
     with prepared_cursor() as cursor:
-        cursor.execute(_RECEIPT.format(move=move), params)
+        cursor.execute(_ONE_STATEMENT.format(move=move, outcome=outcome), params)
         known_processed, stored_id, category = cursor.fetchone()
     if category is not None:
         writes.count_timeline(lines, category)
@@ -144,6 +154,8 @@ def _receipt_in_one_statement(channel: str, payload: dict[str, Any]) -> str | No
         # Unknown message (the send is not committed yet: it waits in the inbox), an event stored
         # but not processed, or a copy stored by the other channel while this statement ran.
         return "applied" if category is not None else None
+    if event == "send.message":
+        return "confirmed"
     return "applied" if category is not None else "stale"
 
 

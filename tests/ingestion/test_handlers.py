@@ -193,10 +193,30 @@ def test_any_other_new_event_is_stored_and_applied_in_one_transaction(sent_messa
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
-        assert handlers.ingest("WEBHOOK", sample("webhook.send.message.json")) == "confirmed"
+        assert handlers.ingest("WEBHOOK", sample("webhook.connection.update.open.json")) == "state_unchanged"
     # one transaction: a single savepoint under the test's own transaction
     assert sum(1 for q in queries if (q["sql"] or "").startswith("SAVEPOINT")) == 1  # prepared statements log sql=None
     assert IngestionEvent.objects.get().processed_at is not None
+
+
+def test_a_send_confirmation_is_stored_processed_in_one_statement(sent_message):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        assert handlers.ingest("WEBHOOK", sample("webhook.send.message.json")) == "confirmed"
+    assert len(queries) == 1
+    event = IngestionEvent.objects.get()
+    assert (event.event, event.outcome, event.processed_at is not None) == ("send.message", "confirmed", True)
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.SENT and not sent_message.events.exists()
+    assert handlers.ingest("RABBITMQ", rabbit_copy(sample("webhook.send.message.json"))) == handlers.ALREADY_PROCESSED
+
+
+def test_a_confirmation_before_its_send_commits_waits_in_the_inbox(alice, alice_instance):
+    assert handlers.ingest("WEBHOOK", sample("webhook.send.message.json")) == handlers.WAITING
+    event = IngestionEvent.objects.get()
+    assert event.processed_at is None and event.outcome == handlers.WAITING
 
 
 def test_concurrent_copies_of_a_receipt_apply_it_once(transactional_db, alice, alice_instance):
