@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             "B2": lambda: b2_pipeline.run(ctx),
             "B3": lambda: b3_otp_latency.run(ctx),
             "B4": lambda: b4_outage.run(ctx),
-            "B5": lambda: b5_ingestion.run(ctx, _baseline_rate(results, ctx)),
+            "B5": lambda: b5_ingestion.run(ctx),
             "B6": lambda: b6_fairness.run(ctx),
         }
         for name in SCENARIOS:
@@ -181,19 +181,6 @@ def _keep_previous(results: dict[str, Any], previous: dict[str, Any]) -> None:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _baseline_rate(results: dict[str, Any], ctx: Any) -> float:
-    """B1's bare-insert baseline from this run, or a fresh measurement when B1 was not run."""
-    b1 = results["scenarios"].get("B1")
-    if b1:
-        return float(b1["figures"]["baseline"]["rate"]["median"])
-    from .loadgen import post_load
-    from .scenarios.b1_accept import BASELINE_PATH, send_body
-
-    rates = [post_load(ctx.stack.web_url + BASELINE_PATH, send_body("+5511970000000"), ctx.sizes.b1_connections,
-                       ctx.sizes.b1_seconds).rate for _ in range(ctx.sizes.runs)]
-    return sorted(rates)[len(rates) // 2]
 
 
 if __name__ == "__main__":

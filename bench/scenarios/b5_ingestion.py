@@ -3,7 +3,8 @@
 N messages are put in SENT with an Evolution id (bulk accept path without outbox, then one UPDATE);
 the simulator is then asked to emit one DELIVERY_ACK per message (`/_control/emit`), which it sends
 both ways, exactly like Evolution. Measured: unique events applied per second, from the first emit
-to the last event processed and every message DELIVERED. The baseline is B1's bare insert view.
+to the last event processed and every message DELIVERED. The baseline is B1's bare insert view,
+measured again right before each run.
 """
 
 from __future__ import annotations
@@ -145,24 +146,44 @@ def one_run(ctx: Context, count: int) -> dict[str, Any]:
     }
 
 
-def run(ctx: Context, baseline_rate: float | None) -> dict[str, Any]:
+def baseline(ctx: Context) -> tuple[float, dict[str, float]]:
+    """The bare DRF insert (B1's baseline view) measured right before a run: req/s and CPU per request.
+
+    Measured next to each run rather than taken from B1 minutes earlier: on a shared machine the
+    speed drifts by ±30 % between scenarios, and a ratio must compare like with like."""
+    from ..loadgen import post_load
+    from .b1_accept import BASELINE_PATH, send_body
+
+    with ctx.cpu(servers=True) as cpu:
+        result = post_load(ctx.stack.web_url + BASELINE_PATH, send_body("+5511970000000"), ctx.sizes.b1_connections,
+                           ctx.sizes.b1_seconds)
+    return result.rate, per_unit(cpu, result.requests)
+
+
+def run(ctx: Context) -> dict[str, Any]:
     sizes = ctx.sizes
     runs: list[dict[str, Any]] = []
     with ctx.cpu() as meter:
         for n in range(sizes.b5_runs):
+            ctx.fresh()
+            base_rate, base_cpu = baseline(ctx)
             runs.append(one_run(ctx, sizes.b5_events))
             r = runs[-1]
-            ctx.log(f"  B5 run {n + 1}: {r['rate']:.0f} events/s, inbox {r['inbox_rows']} rows, "
-                    f"{r['messages_delivered']} delivered (sim CPU {r['simulator_cpu_share']:.0%} of one core)")
+            r["baseline_rate"], r["cpu_ms_per_bare_insert"] = round(base_rate, 1), base_cpu
+            ctx.log(f"  B5 run {n + 1}: bare insert {base_rate:.0f}/s, then {r['rate']:.0f} events/s, inbox "
+                    f"{r['inbox_rows']} rows, {r['messages_delivered']} delivered (sim CPU {r['simulator_cpu_share']:.0%} "
+                    "of one core)")
     ctx.fresh()
     rate = Spread.of([r["rate"] for r in runs])
+    base = Spread.of([r["baseline_rate"] for r in runs])
     correct = all(r["inbox_rows"] == r["events"] and r["inbox_processed"] == r["events"]
                   and r["messages_delivered"] == r["events"] for r in runs)
-    ratio = rate.median / baseline_rate if baseline_rate else float("nan")
+    ratio = rate.median / base.median if base.median else float("nan")
     return {
         "events": sizes.b5_events,
         "rate": rate.as_dict(),
-        "baseline_rate": baseline_rate,
+        "baseline_rate": base.median,
+        "baseline": base.as_dict(),
         "ratio": ratio,
         "correct": correct,
         "target": {"ratio": 0.5},
