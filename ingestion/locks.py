@@ -4,8 +4,9 @@ A lock is a filter, never the guard: the inbox's unique key and the row lock in
 handlers.apply decide. So when Redis is unreachable the lock is treated as acquired and
 ingestion carries on (design.md §3).
 
-One round trip to take the lock (SET NX EX) and one to give it back; the counters the holder
-bumps meanwhile (`Hold.count`) ride along with the release in the same pipeline.
+One round trip to take the lock (SET NX EX) and one to give it back; every counter bumped in this
+thread meanwhile (`metrics.batched`: the event's own and the message's status counters) rides
+along with the release in the same pipeline.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ class Hold:
 
     def __init__(self, acquired: bool):
         self.acquired = acquired
-        self.counters: list[str] = []
 
     def __bool__(self) -> bool:
         return self.acquired
 
     def count(self, name: str) -> None:
-        """Bump `ps:metrics:evolution:<name>` when the lock is given back (same round trip)."""
-        self.counters.append(name)
+        """Bump `ps:metrics:evolution:<name>` (sent with the lock's release, like every count made
+        while the lock is held)."""
+        metrics.evolution(name)
 
 
 @contextmanager
@@ -58,25 +59,26 @@ def event_lock(dedup_key: str) -> Iterator[Hold]:
         log.debug("event lock unavailable (%s); relying on the inbox", exc)
         client, acquired = None, True
     hold = Hold(acquired)
+    pending: list[tuple[str, int]] = []
     try:
-        yield hold
+        with metrics.batched() as pending:
+            yield hold
     finally:
-        _give_back(client, key, token, hold)
+        _give_back(client, key, token, hold, pending)
 
 
-def _give_back(client: Any, key: str, token: str, hold: Hold) -> None:
+def _give_back(client: Any, key: str, token: str, hold: Hold, pending: list[tuple[str, int]]) -> None:
     if client is None:  # no lock was taken; the counters are best effort as always
-        for name in hold.counters:
-            metrics.evolution(name)
+        for name, amount in pending:
+            metrics.incr(name, amount)
         return
-    if not hold.acquired and not hold.counters:
+    if not hold.acquired and not pending:
         return
     try:
         pipe = client.pipeline(transaction=False)
         if hold.acquired:
             pipe.eval(_RELEASE, 1, key, token)
-        for name in hold.counters:
-            pipe.incrby(metrics.EVOLUTION + name, 1)
+        metrics.send(pending, pipe)
         pipe.execute()
     except Exception as exc:  # Redis went away meanwhile: the lock expires, counts are lost
         log.debug("event lock release / counters failed (%s)", exc)

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import transaction
@@ -28,7 +31,34 @@ def redis() -> Any:
     return get_redis_connection("default")
 
 
+# Counts made while this thread holds a batch (ingestion's event lock) wait in it and go to Redis
+# with the lock's release, in the same pipeline: one round trip for all of an event's counters.
+_batch = threading.local()
+
+
+@contextmanager
+def batched() -> Iterator[list[tuple[str, int]]]:
+    """Collect this thread's counts instead of sending each; the caller sends the list it is given
+    (`send(pending, pipe)`). Not nested: an inner batch would hide the outer one's counts."""
+    pending: list[tuple[str, int]] = []
+    _batch.pending = pending
+    try:
+        yield pending
+    finally:
+        _batch.pending = None
+
+
+def send(pending: list[tuple[str, int]], pipe: Any) -> None:
+    """Queue collected counts on a Redis pipeline (executed by the caller)."""
+    for name, amount in pending:
+        pipe.incrby(name, amount)
+
+
 def incr(name: str, amount: int = 1) -> None:
+    pending = getattr(_batch, "pending", None)
+    if pending is not None:
+        pending.append((name, amount))
+        return
     try:
         redis().incrby(name, amount)
     except Exception as exc:  # Redis down: see module docstring.

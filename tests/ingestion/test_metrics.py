@@ -60,3 +60,46 @@ def test_it_needs_the_internal_secret(db, url, headers):
 
 def test_post_is_405(db, secret):
     assert Client().post(JSON_URL, **secret).status_code == 405
+
+
+def test_counts_made_while_an_event_is_locked_go_out_with_the_release(db):
+    from ingestion.locks import event_lock
+
+    name = "status:READ:utility"
+    with event_lock("a-dedup-key") as hold:
+        assert hold
+        metrics.messages(name)
+        hold.count("webhook:processed")
+        # held back: one pipeline with the lock's release sends them all
+        assert metrics.redis().get(metrics.MESSAGES + name) is None
+    assert int(metrics.redis().get(metrics.MESSAGES + name)) == 1
+    assert int(metrics.redis().get(metrics.EVOLUTION + "webhook:processed")) == 1
+    metrics.messages(name)  # outside a lock: at once
+    assert int(metrics.redis().get(metrics.MESSAGES + name)) == 2
+
+
+def test_a_new_receipt_costs_two_redis_round_trips(transactional_db, alice, alice_instance):
+    # the lock (SET NX) and its release with every counter of the event (one pipeline)
+    message = make_message(alice.project, alice_instance)
+    assert post(receipt("SERVER_ACK"), **token_header(alice_instance)).status_code == 200  # auth cached
+    client = metrics.redis()
+    calls = []
+    real_execute, real_pipe = client.execute_command, client.pipeline
+
+    def counting_execute(*args, **kwargs):
+        calls.append(args[0])
+        return real_execute(*args, **kwargs)
+
+    def counting_pipeline(*args, **kwargs):
+        calls.append("PIPELINE")
+        return real_pipe(*args, **kwargs)
+
+    client.execute_command, client.pipeline = counting_execute, counting_pipeline
+    try:
+        assert post(receipt("READ"), **token_header(alice_instance)).json()["reason"] == "applied"
+    finally:
+        client.execute_command, client.pipeline = real_execute, real_pipe
+    assert calls == ["SET", "PIPELINE"], calls
+    message.refresh_from_db()
+    assert message.status == Status.READ
+    assert int(client.get(metrics.MESSAGES + "status:READ:utility")) == 1
