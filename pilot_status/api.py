@@ -100,6 +100,12 @@ class ClientApiView(APIView):
     permission_classes = [HasProject]
     throttle_classes = [ApiKeyRateThrottle]
 
+    def initial(self, request: Any, *args: Any, **kwargs: Any) -> None:
+        # The key answers first (contract §3), before DRF's content negotiation: a caller without
+        # a valid key learns 401 whatever its Accept header says (the error is JSON either way).
+        self.perform_authentication(request)
+        super().initial(request, *args, **kwargs)
+
     @property
     def project(self) -> Any:
         return self.request.auth.project  # type: ignore[union-attr]  # HasProject guarantees an ApiKey

@@ -92,6 +92,15 @@ def test_bad_keys_are_401(db, header):
     assert_error(client.post(URL, body(), format="json"), 401, "unauthorized")
 
 
+def test_the_key_answers_before_the_accept_header(alice):
+    from rest_framework.test import APIClient
+
+    response = APIClient().post(URL, body(), format="json", HTTP_ACCEPT="text/html")
+    assert_error(response, 401, "unauthorized")  # not 406: the key is checked first (contract §3)
+    assert response["Content-Type"].startswith("application/json")
+    assert_error(alice.client().post(URL, body(), format="json", HTTP_ACCEPT="text/html"), 406, "not_acceptable")
+
+
 @pytest.mark.parametrize("scheme", ["bearer", "BEARER"])
 def test_the_bearer_scheme_is_case_insensitive(alice, alice_instance, opted_in, scheme):
     from rest_framework.test import APIClient
