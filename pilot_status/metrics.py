@@ -39,13 +39,15 @@ _batch = threading.local()
 @contextmanager
 def batched() -> Iterator[list[tuple[str, int]]]:
     """Collect this thread's counts instead of sending each; the caller sends the list it is given
-    (`send(pending, pipe)`). Not nested: an inner batch would hide the outer one's counts."""
+    (`send(pending, pipe)`). A batch opened inside another collects its own counts, then the outer
+    one collects again."""
     pending: list[tuple[str, int]] = []
+    outer = getattr(_batch, "pending", None)
     _batch.pending = pending
     try:
         yield pending
     finally:
-        _batch.pending = None
+        _batch.pending = outer
 
 
 def send(pending: list[tuple[str, int]], pipe: Any) -> None:

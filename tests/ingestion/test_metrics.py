@@ -78,6 +78,16 @@ def test_counts_made_while_an_event_is_locked_go_out_with_the_release(db):
     assert int(metrics.redis().get(metrics.MESSAGES + name)) == 2
 
 
+def test_a_batch_inside_another_keeps_the_outer_ones_counts():
+    with metrics.batched() as outer:
+        metrics.messages("a")
+        with metrics.batched() as inner:
+            metrics.messages("b")
+        metrics.messages("c")
+    assert outer == [(metrics.MESSAGES + "a", 1), (metrics.MESSAGES + "c", 1)]
+    assert inner == [(metrics.MESSAGES + "b", 1)]
+
+
 def test_a_new_receipt_costs_two_redis_round_trips(transactional_db, alice, alice_instance):
     # the lock (SET NX) and its release with every counter of the event (one pipeline)
     message = make_message(alice.project, alice_instance)
