@@ -50,11 +50,15 @@ def migrate() -> None:
     call_command("migrate", interactive=False, verbosity=0)
 
 
-def empty_tables(tries: int = 10) -> None:
-    """TRUNCATE the scenario tables (the shared helper retries while the stack holds locks)."""
+def empty_tables(tries: int = 30) -> None:
+    """TRUNCATE the scenario tables (the shared helper retries while the stack holds locks).
+
+    The previous run's receipts may still be in flight: with a lock timeout under Postgres'
+    deadlock_timeout the TRUNCATE steps back and retries, instead of deadlocking with them and
+    turning their webhooks into 503s (which the simulator then retries into the next run)."""
     from tests.support.database import truncate_with_retry
 
-    truncate_with_retry(SCENARIO_TABLES, tries)
+    truncate_with_retry(SCENARIO_TABLES, tries, lock_timeout="300ms")
 
 
 def phone(i: int) -> str:

@@ -6,10 +6,12 @@ import time
 from collections.abc import Iterable
 
 
-def truncate_with_retry(tables: Iterable[str], tries: int = 10) -> None:
+def truncate_with_retry(tables: Iterable[str], tries: int = 10, lock_timeout: str = "3s") -> None:
     """TRUNCATE `tables`; a worker or the relay may still hold row locks, so wait briefly and retry.
 
     A lost connection (Postgres restarted under us) is closed so the next try gets a fresh one.
+    A `lock_timeout` under Postgres' deadlock_timeout (1 s) makes the TRUNCATE give up first when it
+    meets transactions still running, instead of Postgres picking one of them as a deadlock victim.
     """
     from django.db import OperationalError, connection, transaction
 
@@ -17,7 +19,7 @@ def truncate_with_retry(tables: Iterable[str], tries: int = 10) -> None:
     for attempt in range(tries):
         try:
             with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout = '3s'")
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [lock_timeout])
                 cursor.execute(statement)
             return
         except OperationalError:
