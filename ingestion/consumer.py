@@ -6,7 +6,8 @@ exchanges is re-read from the database while running, so instances added later a
 Evolution's own quorum queues are never declared (services.md).
 
 Per message: lock → inbox (channel RABBITMQ, committed) → forward to the webhook handler with
-already_saved → ack. Every failure goes through `_retry_later`, which moves the message to a
+already_saved → ack. A copy whose lock holds the done mark (the webhook processed the event) is
+acked at once, without a database statement (locks.py). Every failure goes through `_retry_later`, which moves the message to a
 delay queue (per-queue TTL, dead-lettered back to the work queue: 5 s, 30 s, 3 min) and finally
 to a parking queue; a busy lock or a database outage waits in a delay queue without using a
 retry. Nothing is ever requeued straight back (no hot loop).
@@ -234,6 +235,10 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             return "parked"
         self._check_connection()
         with event_lock(inbox.dedup_key(payload)) as hold:
+            if hold.done:  # the webhook processed it (committed): no statement needed
+                hold.count("rabbitmq:skipped")
+                message.ack()
+                return "skipped"
             if not hold:
                 # The webhook channel is on it right now: look again after a short delay
                 # instead of spinning on an immediate requeue.
@@ -249,6 +254,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
                 return "db_unavailable"
             # The row is committed (autocommit); only now may the message be acked.
             if event.processed_at is not None:
+                hold.finish()
                 hold.count("rabbitmq:skipped")
                 message.ack()
                 return "skipped"

@@ -4,8 +4,14 @@ A lock is a filter, never the guard: the inbox's unique key and the row lock in
 handlers.apply decide. So when Redis is unreachable the lock is treated as acquired and
 ingestion carries on (design.md §3).
 
-One round trip to take the lock (SET NX EX) and one to give it back; every counter bumped in this
-thread meanwhile (`metrics.batched`: the event's own and the message's status counters) rides
+A holder that saw its event processed (committed) leaves a `done` mark in the lock's place for
+another two minutes instead of deleting it: the other channel's copy, which usually arrives
+within milliseconds, is then skipped on the lock's own round trip, without a database statement.
+The mark only ever follows a commit, so it can make a copy skip work already done, never work
+still to do; once it expires (or Redis loses it) the inbox answers as before.
+
+One round trip to take the lock (SET NX GET EX) and one to give it back; every counter bumped in
+this thread meanwhile (`metrics.batched`: the event's own and the message's status counters) rides
 along with the release in the same pipeline.
 """
 
@@ -25,20 +31,38 @@ LOCK_PREFIX = "ps:lock:evolution:"
 # Both channels usually deliver within milliseconds of each other; two minutes covers a slow
 # handler without keeping a crashed holder's lock for long (seeds B).
 LOCK_TTL_SECONDS = 120
+# What a holder leaves when its event is processed; a lock token is 32 hex digits, never this.
+DONE = b"done"
+DONE_TTL_SECONDS = 120
 
-# Delete the lock only if it is still ours: a holder whose lock expired never deletes the next
-# holder's. EVAL, not EVALSHA: a pipeline would otherwise ask SCRIPT EXISTS first (one more trip).
+# Delete the lock (or turn it into the done mark) only if it is still ours: a holder whose lock
+# expired never touches the next holder's. EVAL, not EVALSHA: a pipeline would otherwise ask
+# SCRIPT EXISTS first (one more trip).
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+_RELEASE_DONE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('set', KEYS[1], ARGV[2], 'EX', ARGV[3]) end return 0"
+)
 
 
 class Hold:
-    """What `event_lock` yields: true when this process may handle the event now."""
+    """What `event_lock` yields: true when this process may handle the event now.
 
-    def __init__(self, acquired: bool):
+    False either because another process holds the event right now, or because it is already
+    processed (`done`): then the copy needs no work at all.
+    """
+
+    def __init__(self, acquired: bool, done: bool = False):
         self.acquired = acquired
+        self.done = done
+        self.finished = False
 
     def __bool__(self) -> bool:
         return self.acquired
+
+    def finish(self) -> None:
+        """The event is processed and committed: leave the done mark on release."""
+        self.finished = True
 
     def count(self, name: str) -> None:
         """Bump `ps:metrics:evolution:<name>` (sent with the lock's release, like every count made
@@ -48,17 +72,17 @@ class Hold:
 
 @contextmanager
 def event_lock(dedup_key: str) -> Iterator[Hold]:
-    """Yields a Hold, false when another process holds the event right now."""
+    """Yields a Hold, false when another process holds the event right now or has finished it."""
     key = LOCK_PREFIX + dedup_key
     token = uuid.uuid4().hex
     client: Any = None
     try:
         client = metrics.redis()
-        acquired = bool(client.set(key, token, nx=True, ex=LOCK_TTL_SECONDS))
+        held = client.set(key, token, nx=True, ex=LOCK_TTL_SECONDS, get=True)
     except Exception as exc:  # Redis down or slow: see module docstring
         log.debug("event lock unavailable (%s); relying on the inbox", exc)
-        client, acquired = None, True
-    hold = Hold(acquired)
+        client, held = None, None
+    hold = Hold(acquired=held is None, done=held == DONE)
     pending: list[tuple[str, int]] = []
     try:
         with metrics.batched() as pending:
@@ -76,7 +100,9 @@ def _give_back(client: Any, key: str, token: str, hold: Hold, pending: list[tupl
         return
     try:
         pipe = client.pipeline(transaction=False)
-        if hold.acquired:
+        if hold.acquired and hold.finished:
+            pipe.eval(_RELEASE_DONE, 1, key, token, DONE, DONE_TTL_SECONDS)
+        elif hold.acquired:
             pipe.eval(_RELEASE, 1, key, token)
         metrics.send(pending, pipe)
         pipe.execute()

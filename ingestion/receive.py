@@ -35,13 +35,18 @@ def receive_webhook(payload: dict[str, Any]) -> Received:
     Database errors propagate (the view answers 503 so that Evolution retries).
     """
     with event_lock(inbox.dedup_key(payload)) as hold:
+        if hold.done:  # the other channel (or an earlier POST) processed it: nothing to do
+            return _skipped(handlers.ALREADY_PROCESSED, hold.count)
         if not hold:
             # The other channel (or a duplicate POST) holds it right now and will finish it;
             # if that holder dies, its copy is redelivered or the reconciler picks it up.
             return _skipped("in_progress_elsewhere", hold.count)
         # A new event is stored and applied in one transaction (one commit); a copy of one
         # already processed ends at its first statement.
-        return _received(checking_connection(lambda: handlers.ingest(Channel.WEBHOOK, payload)), hold.count)
+        outcome = checking_connection(lambda: handlers.ingest(Channel.WEBHOOK, payload))
+        if outcome != handlers.WAITING:  # committed and processed: the other copy may skip it
+            hold.finish()
+        return _received(outcome, hold.count)
 
 
 def receive_forwarded(payload: dict[str, Any]) -> Received:

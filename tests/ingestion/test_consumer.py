@@ -11,13 +11,16 @@ import uuid
 
 import amqp
 import pytest
+from django.db import connection as db_connection
+from django.test.utils import CaptureQueriesContext
 from kombu import Connection
 
 from ingestion import consumer as consumer_module
 from ingestion import inbox, receive
-from ingestion.locks import LOCK_PREFIX, event_lock
+from ingestion.locks import DONE, LOCK_PREFIX, event_lock
 from ingestion.models import IngestionEvent
 from messaging.models import Status
+from pilot_status import metrics
 from tests.conftest import add_instance
 from tests.ingestion.helpers import counter, make_message, receipt
 from tests.ingestion.outage import stopped
@@ -108,15 +111,23 @@ def test_it_saves_forwards_and_acks(transactional_db, web, connection, topo, sen
     assert depth(connection, topo.work) == 0  # acked
 
 
+@pytest.mark.parametrize("done_mark", ["kept", "expired"])
 def test_an_event_already_processed_by_the_webhook_is_skipped(
-    transactional_db, web, connection, topo, sent_message, exchange_name
+    transactional_db, web, connection, topo, sent_message, exchange_name, done_mark
 ):
     webhook_copy = receipt("DELIVERY_ACK")
     receive.receive_webhook(webhook_copy)
+    lock_key = LOCK_PREFIX + inbox.dedup_key(webhook_copy)
+    assert metrics.redis().get(lock_key) == DONE
+    if done_mark == "expired":  # or lost by Redis: the inbox answers instead
+        metrics.redis().delete(lock_key)
     publish_like_evolution(connection, exchange_name, receipt("DELIVERY_ACK", channel="rabbitmq"))
 
-    run_once(connection, topo)
+    with CaptureQueriesContext(db_connection) as queries:
+        run_once(connection, topo)
 
+    assert len(queries.captured_queries) == (0 if done_mark == "kept" else 1), queries.captured_queries
+    assert metrics.redis().get(lock_key) == DONE  # the inbox's answer leaves the mark too
     assert IngestionEvent.objects.get().channel == "WEBHOOK"
     assert counter("rabbitmq:forward_ok") == 0 and counter("rabbitmq:skipped") == 1
     assert sent_message.events.filter(kind="STATUS").count() == 1

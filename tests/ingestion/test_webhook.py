@@ -7,11 +7,14 @@ import time
 
 import jwt
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from ingestion import inbox
-from ingestion.locks import event_lock
+from ingestion.locks import DONE, DONE_TTL_SECONDS, LOCK_PREFIX, event_lock
 from ingestion.models import IngestionEvent
 from messaging.models import Status
+from pilot_status import metrics
 from tests.conftest import add_instance
 from tests.ingestion.helpers import URL, counter, make_message, post, receipt, sample, token_header
 from tests.ingestion.outage import stopped
@@ -271,12 +274,10 @@ def test_an_unknown_instance_is_401_even_with_a_warm_cache(sent_message, alice_i
     assert IngestionEvent.objects.filter(instance_name="nobody-knows").count() == 0
 
 
-def test_a_copy_of_a_processed_event_costs_one_statement(sent_message, alice_instance):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
+def test_a_copy_of_a_processed_event_costs_one_statement_once_its_done_mark_is_gone(sent_message, alice_instance):
     payload = receipt("DELIVERY_ACK")
     assert post(payload, **token_header(alice_instance)).json()["status"] == "processed"
+    metrics.redis().delete(LOCK_PREFIX + inbox.dedup_key(payload))  # expired, or lost by Redis
 
     with CaptureQueriesContext(connection) as queries:  # the instance's auth material is cached by now
         response = post(dict(payload, date_time="2025-10-21T11:50:00.000Z"), **token_header(alice_instance))
@@ -352,3 +353,41 @@ def test_a_new_receipt_is_applied_and_stored_in_one_statement(sent_message, alic
         ("STATUS", "SERVER_ACK"), ("STATUS", "DELIVERED")]
     event = IngestionEvent.objects.get(payload__data__status="DELIVERY_ACK")
     assert (event.channel, event.outcome, event.processed_at is not None) == ("WEBHOOK", "applied", True)
+
+
+def test_a_processed_event_leaves_a_done_mark_that_answers_its_copies_without_a_statement(
+    sent_message, alice_instance
+):
+    payload = receipt("DELIVERY_ACK")
+    assert post(payload, **token_header(alice_instance)).json()["status"] == "processed"
+    lock_key = LOCK_PREFIX + inbox.dedup_key(payload)
+    assert metrics.redis().get(lock_key) == DONE
+    assert 0 < metrics.redis().ttl(lock_key) <= DONE_TTL_SECONDS
+
+    with CaptureQueriesContext(connection) as queries:  # the instance's auth is cached by now
+        response = post(payload, **token_header(alice_instance))
+
+    assert response.json() == {"status": "skipped", "reason": "already_processed"}
+    assert len(queries.captured_queries) == 0
+    assert counter("webhook:processed") == 1 and counter("webhook:skipped") == 1
+
+
+def test_a_receipt_waiting_for_its_message_leaves_no_mark(alice_instance):
+    payload = receipt("DELIVERY_ACK", key_id="3EB0NOTSENTYET00000000")
+
+    response = post(payload, **token_header(alice_instance))
+
+    assert response.json() == {"status": "processed", "reason": "waiting_for_message"}
+    assert metrics.redis().exists(LOCK_PREFIX + inbox.dedup_key(payload)) == 0  # released, not marked
+
+
+def test_the_done_mark_never_replaces_another_holders_lock():
+    with event_lock("a-dedup-key") as hold:
+        assert hold and not hold.done
+        hold.finish()
+        # Our lock expired and another holder took the event meanwhile.
+        metrics.redis().set(LOCK_PREFIX + "a-dedup-key", "another-holder", ex=60)
+
+    assert metrics.redis().get(LOCK_PREFIX + "a-dedup-key") == b"another-holder"
+    with event_lock("a-dedup-key") as hold:
+        assert not hold and not hold.done
