@@ -234,9 +234,8 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             self._park(message, "not an Evolution event")
             return "parked"
         self._check_connection()
-        with event_lock(inbox.dedup_key(payload)) as hold:
-            if hold.done:  # the webhook processed it (committed): no statement needed
-                hold.count("rabbitmq:skipped")
+        with event_lock(inbox.dedup_key(payload), skipped_counter="rabbitmq:skipped") as hold:
+            if hold.done:  # the webhook processed it (committed): no statement; counted by the lock
                 message.ack()
                 return "skipped"
             if not hold:

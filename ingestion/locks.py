@@ -10,9 +10,10 @@ within milliseconds, is then skipped on the lock's own round trip, without a dat
 The mark only ever follows a commit, so it can make a copy skip work already done, never work
 still to do; once it expires (or Redis loses it) the inbox answers as before.
 
-One round trip to take the lock (SET NX GET EX) and one to give it back; every counter bumped in
+One round trip to take the lock (a script around SET NX GET EX that also bumps the caller's
+"skipped" counter when it finds the done mark) and one to give it back; every counter bumped in
 this thread meanwhile (`metrics.batched`: the event's own and the message's status counters) rides
-along with the release in the same pipeline.
+along with the release in the same pipeline. A copy skipped on the done mark costs one round trip.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ LOCK_TTL_SECONDS = 120
 DONE = b"done"
 DONE_TTL_SECONDS = 120
 
+# Take the lock, or tell who has it: nil when taken, else the holder's token or the done mark,
+# in which case the copy is skipped and counted as such (KEYS[2]) in the same round trip.
+_TAKE = (
+    "local held = redis.call('set', KEYS[1], ARGV[1], 'NX', 'GET', 'EX', ARGV[2]) "
+    "if held == ARGV[3] then redis.call('incrby', KEYS[2], 1) end return held"
+)
+
 # Delete the lock (or turn it into the done mark) only if it is still ours: a holder whose lock
 # expired never touches the next holder's. EVAL, not EVALSHA: a pipeline would otherwise ask
 # SCRIPT EXISTS first (one more trip).
@@ -43,6 +51,8 @@ _RELEASE_DONE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('set', KEYS[1], ARGV[2], 'EX', ARGV[3]) end return 0"
 )
+
+_take: Any = None
 
 
 class Hold:
@@ -71,14 +81,22 @@ class Hold:
 
 
 @contextmanager
-def event_lock(dedup_key: str) -> Iterator[Hold]:
-    """Yields a Hold, false when another process holds the event right now or has finished it."""
+def event_lock(dedup_key: str, skipped_counter: str) -> Iterator[Hold]:
+    """Yields a Hold, false when another process holds the event right now or has finished it.
+
+    `skipped_counter` (an evolution counter name) is bumped by the lock itself when it finds the
+    event done; the caller then only skips the copy.
+    """
+    global _take
     key = LOCK_PREFIX + dedup_key
     token = uuid.uuid4().hex
     client: Any = None
     try:
         client = metrics.redis()
-        held = client.set(key, token, nx=True, ex=LOCK_TTL_SECONDS, get=True)
+        if _take is None:  # EVALSHA; redis-py's Script loads it again after a NOSCRIPT
+            _take = client.register_script(_TAKE)
+        held = _take(keys=[key, metrics.EVOLUTION + skipped_counter], args=[token, LOCK_TTL_SECONDS, DONE],
+                     client=client)
     except Exception as exc:  # Redis down or slow: see module docstring
         log.debug("event lock unavailable (%s); relying on the inbox", exc)
         client, held = None, None

@@ -34,9 +34,9 @@ def receive_webhook(payload: dict[str, Any]) -> Received:
 
     Database errors propagate (the view answers 503 so that Evolution retries).
     """
-    with event_lock(inbox.dedup_key(payload)) as hold:
-        if hold.done:  # the other channel (or an earlier POST) processed it: nothing to do
-            return _skipped(handlers.ALREADY_PROCESSED, hold.count)
+    with event_lock(inbox.dedup_key(payload), skipped_counter="webhook:skipped") as hold:
+        if hold.done:  # the other channel (or an earlier POST) processed it; counted by the lock
+            return Received(SKIPPED, handlers.ALREADY_PROCESSED)
         if not hold:
             # The other channel (or a duplicate POST) holds it right now and will finish it;
             # if that holder dies, its copy is redelivered or the reconciler picks it up.

@@ -180,7 +180,7 @@ def test_a_lock_held_elsewhere_delays_without_storing_or_using_a_retry(
     payload = receipt("READ", channel="rabbitmq")
     publish_like_evolution(connection, exchange_name, payload)
 
-    with event_lock(inbox.dedup_key(payload)) as held:  # the webhook is processing it
+    with event_lock(inbox.dedup_key(payload), "webhook:skipped") as held:  # the webhook is processing it
         assert held
         run_once(connection, topo)
 

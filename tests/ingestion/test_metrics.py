@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from django.test import Client
 
 from messaging.models import Status
 from pilot_status import metrics
-from tests.ingestion.helpers import make_message, post, receipt, token_header
+from tests.ingestion.helpers import counter, make_message, post, receipt, token_header
 
 JSON_URL = "/api/internal/metrics"
 PROM_URL = "/api/internal/metrics/prometheus"
@@ -66,7 +68,7 @@ def test_counts_made_while_an_event_is_locked_go_out_with_the_release(db):
     from ingestion.locks import event_lock
 
     name = "status:READ:utility"
-    with event_lock("a-dedup-key") as hold:
+    with event_lock("a-dedup-key", "webhook:skipped") as hold:
         assert hold
         metrics.messages(name)
         hold.count("webhook:processed")
@@ -88,10 +90,8 @@ def test_a_batch_inside_another_keeps_the_outer_ones_counts():
     assert inner == [(metrics.MESSAGES + "b", 1)]
 
 
-def test_a_new_receipt_costs_two_redis_round_trips(transactional_db, alice, alice_instance):
-    # the lock (SET NX) and its release with every counter of the event (one pipeline)
-    message = make_message(alice.project, alice_instance)
-    assert post(receipt("SERVER_ACK"), **token_header(alice_instance)).status_code == 200  # auth cached
+@contextlib.contextmanager
+def redis_round_trips():
     client = metrics.redis()
     calls = []
     real_execute, real_pipe = client.execute_command, client.pipeline
@@ -106,10 +106,24 @@ def test_a_new_receipt_costs_two_redis_round_trips(transactional_db, alice, alic
 
     client.execute_command, client.pipeline = counting_execute, counting_pipeline
     try:
-        assert post(receipt("READ"), **token_header(alice_instance)).json()["reason"] == "applied"
+        yield calls
     finally:
         client.execute_command, client.pipeline = real_execute, real_pipe
-    assert calls == ["SET", "PIPELINE"], calls
+
+
+def test_a_new_receipt_costs_two_redis_round_trips_and_a_copy_one(transactional_db, alice, alice_instance):
+    # the lock (its script) and its release with every counter of the event (one pipeline)
+    message = make_message(alice.project, alice_instance)
+    assert post(receipt("SERVER_ACK"), **token_header(alice_instance)).status_code == 200  # auth cached
+    with redis_round_trips() as calls:
+        assert post(receipt("READ"), **token_header(alice_instance)).json()["reason"] == "applied"
+    assert calls == ["EVALSHA", "PIPELINE"], calls
     message.refresh_from_db()
     assert message.status == Status.READ
-    assert int(client.get(metrics.MESSAGES + "status:READ:utility")) == 1
+    assert int(metrics.redis().get(metrics.MESSAGES + "status:READ:utility")) == 1
+
+    # the copy finds the done mark; the same script counts it skipped
+    with redis_round_trips() as calls:
+        assert post(receipt("READ"), **token_header(alice_instance)).json()["reason"] == "already_processed"
+    assert calls == ["EVALSHA"], calls
+    assert counter("webhook:skipped") == 1

@@ -56,7 +56,7 @@ def test_it_skips_evolutions_retry_of_the_same_event(sent_message, alice_instanc
 
 def test_it_answers_skipped_when_the_event_is_locked_elsewhere(sent_message, alice_instance):
     payload = receipt("DELIVERY_ACK")
-    with event_lock(inbox.dedup_key(payload)) as held:  # the RabbitMQ channel is on it right now
+    with event_lock(inbox.dedup_key(payload), "rabbitmq:skipped") as held:  # the RabbitMQ channel is on it right now
         assert held
         response = post(payload, **token_header(alice_instance))
 
@@ -382,12 +382,23 @@ def test_a_receipt_waiting_for_its_message_leaves_no_mark(alice_instance):
 
 
 def test_the_done_mark_never_replaces_another_holders_lock():
-    with event_lock("a-dedup-key") as hold:
+    with event_lock("a-dedup-key", "webhook:skipped") as hold:
         assert hold and not hold.done
         hold.finish()
         # Our lock expired and another holder took the event meanwhile.
         metrics.redis().set(LOCK_PREFIX + "a-dedup-key", "another-holder", ex=60)
 
     assert metrics.redis().get(LOCK_PREFIX + "a-dedup-key") == b"another-holder"
-    with event_lock("a-dedup-key") as hold:
+    with event_lock("a-dedup-key", "webhook:skipped") as hold:
         assert not hold and not hold.done
+
+
+def test_the_lock_survives_a_redis_that_forgot_its_script(sent_message, alice_instance):
+    payload = receipt("DELIVERY_ACK")
+    assert post(payload, **token_header(alice_instance)).json()["status"] == "processed"
+    metrics.redis().script_flush()  # a Redis restarted, or failed over to a replica
+
+    response = post(payload, **token_header(alice_instance))
+
+    assert response.json() == {"status": "skipped", "reason": "already_processed"}
+    assert counter("webhook:skipped") == 1
