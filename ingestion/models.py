@@ -14,8 +14,9 @@ class Channel(models.TextChoices):
 
 class IngestionEvent(models.Model):
     # SHA-256 of the event's stable identity (inbox.dedup_key): the unique index is the truth
-    # for dedup; the Redis lock in front of it is only a fast filter (design.md §3).
-    dedup_key = models.CharField(max_length=64, unique=True)
+    # for dedup; the Redis lock in front of it is only a fast filter (design.md §3). A Meta
+    # constraint rather than unique=True: that would add a second (LIKE) index to every insert.
+    dedup_key = models.CharField(max_length=64)
     channel = models.CharField(max_length=8, choices=Channel.choices)
     event = models.CharField(max_length=64)
     instance_name = models.CharField(max_length=100, blank=True, default="")
@@ -32,6 +33,10 @@ class IngestionEvent(models.Model):
 
     class Meta:
         db_table = "evolution_ingestion_events"
+        constraints = [
+            # The name Postgres gave the column's UNIQUE in 0001: the constraint is the same one.
+            models.UniqueConstraint(fields=["dedup_key"], name="evolution_ingestion_events_dedup_key_key"),
+        ]
         indexes = [
             # ingestion.reconciler: unprocessed rows older than two minutes.
             models.Index(
