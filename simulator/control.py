@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import copy
 import time
 from collections import deque
@@ -252,12 +254,21 @@ async def emit(request: web.Request) -> web.StreamResponse:
         raise _fail('body must be {"instance": str, "event": str, "data": ...} or {"instance", "event", "batch": [...]}')
     if "batch" in body and ("data" in body or not isinstance(body["batch"], list)):
         raise _fail('"batch" must be a list of data items, and comes instead of "data"')
+    wait_below = body.get("wait_below")
+    if wait_below is not None and (isinstance(wait_below, bool) or not isinstance(wait_below, int) or wait_below < 0):
+        raise _fail('"wait_below" must be a whole number ≥ 0 (webhooks still pending)')
     inst = request.app[WORLD].instances.get(body["instance"])
     if inst is None:
         raise _fail("no such instance", 404)
     # A batch is many events for the price of one control call: a load generator's own HTTP
     # work must not compete with the system under test (Evolution emits without being asked).
     items = body["batch"] if "batch" in body else [body.get("data")]
+    if wait_below is not None:
+        # Closed-loop load without polling /_control/stats: answer once at most `wait_below`
+        # webhooks are still pending (a checking loop here costs far less than an HTTP poll).
+        pending = request.app[WEBHOOKS].tasks
+        while len(pending) > wait_below:
+            await asyncio.sleep(0.005)
     emitter = request.app[EMITTER]
     for data in items:
         emitter.emit(inst, body["event"], data)  # any JSON, as given

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import time
+from typing import Any
 
 import pytest
 import requests
@@ -90,6 +92,40 @@ def test_a_bad_batch_is_400_and_emits_nothing(sim: Simulator, receiver: Receiver
     sim.instance("my-instance", webhook={"url": receiver.url + "/hook"})
     response = sim.http.post(f"{sim.url}/_control/emit", json=body)
     assert response.status_code == 400 and "batch" in response.json()["error"]
+    time.sleep(0.1)
+    assert receiver.requests == []
+
+
+def test_emit_with_wait_below_answers_once_few_enough_webhooks_are_pending(sim: Simulator, inst: Json) -> None:
+    silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        sim.control("global", {"webhook_timeout_s": 1, "webhook_retry": {"max_attempts": 1}})
+        sim.instance("my-instance", webhook={"url": f"http://127.0.0.1:{silent.getsockname()[1]}/hook"})
+        item = {"keyId": "K", "status": "READ", "fromMe": True}
+        sim.control("emit", {"instance": "my-instance", "event": "messages.update", "batch": [item, item]})
+        assert sim.stats()["webhook"]["in_flight"] == 2
+
+        sim.control("emit", {"instance": "my-instance", "event": "messages.update", "batch": [item],
+                             "wait_below": 2})
+        assert sim.stats()["webhook"]["in_flight"] == 3  # 2 pending were few enough: at once
+
+        sim.control("emit", {"instance": "my-instance", "event": "messages.update", "batch": [item],
+                             "wait_below": 0})
+        # Answered only after the three pending webhooks timed out; then this one was emitted.
+        assert sim.stats()["webhook"]["in_flight"] == 1
+        assert sim.stats()["webhook"]["failed"] == 3
+    finally:
+        silent.close()
+
+
+@pytest.mark.parametrize("wait_below", [-1, 1.5, "3", True])
+def test_a_bad_wait_below_is_400_and_emits_nothing(sim: Simulator, receiver: Receiver, inst: Json, wait_below: Any) -> None:
+    sim.instance("my-instance", webhook={"url": receiver.url + "/hook"})
+    response = sim.http.post(f"{sim.url}/_control/emit", json={
+        "instance": "my-instance", "event": "messages.update", "data": {}, "wait_below": wait_below})
+    assert response.status_code == 400 and "wait_below" in response.json()["error"]
     time.sleep(0.1)
     assert receiver.requests == []
 
