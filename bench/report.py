@@ -175,7 +175,9 @@ def _details(results: dict[str, Any]) -> list[str]:
                 "figure judged). With copies: until the slower channel's duplicate of every event was handled too. "
                 "The baseline (the bare DRF insert under wrk, as in B1) is measured right before each run, so that "
                 "the machine's drift between scenarios does not enter the ratio. The load generator asks the "
-                "simulator for events in batches of 100 and keeps at most 300 webhooks pending.", "",
+                f"simulator for events in batches of {results['sizes'].get('b5_batch', 100)} once at most "
+                f"{results['sizes'].get('b5_pending', 300)} webhooks are pending (the simulator holds the call "
+                "until then: nothing polls).", "",
                 "| run | bare insert req/s | events/s | with copies | inbox rows | processed | delivered | stray rows | webhooks posted | RabbitMQ published | counters | sim CPU |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for i, r in enumerate(b5["runs"]):

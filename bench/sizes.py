@@ -28,6 +28,8 @@ class Sizes:
     b4_drain_timeout: float = 200.0
     b5_events: int = 4_000          # issue 7 names 20,000: --set b5_events=20000 (about 3 min a run here)
     b5_runs: int = 2
+    b5_pending: int = 300           # the next batch of events is asked for once at most this many webhooks are pending
+    b5_batch: int = 100             # events per control call to the simulator
     b6_backlog: int = 50_000
     b6_runs: int = 2
     b6_b_messages: int = 500

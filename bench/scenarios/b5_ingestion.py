@@ -22,10 +22,6 @@ EVOLUTION_COUNTERS = "ps:metrics:evolution:*"
 # The load generator asks the simulator for events in batches (one control call per batch), so
 # that its own HTTP work is not a second load on the machine, and keeps at most this many
 # webhooks pending: enough that the webhook pool never waits for work.
-EMIT_BATCH = 100
-IN_FLIGHT_LIMIT = 300
-
-
 def prepare(ctx: Context, count: int) -> list[tuple[str, str, str]]:
     """SENT messages with Evolution ids; returns (message id, keyId, remoteJid)."""
     from django.db import connection
@@ -51,19 +47,20 @@ def emit_all(ctx: Context, instance: str, instance_id: str, rows: list[tuple[str
     """Ask the simulator for one DELIVERY_ACK per row, in batches, keeping its webhooks in flight bounded.
 
     Closed loop, like wrk's fixed connections: the next batch goes out when at most
-    IN_FLIGHT_LIMIT webhooks are pending, so the receiver is always busy but no webhook waits
+    `b5_pending` webhooks are pending, so the receiver is always busy but no webhook waits
     past Evolution's timeout (which would turn into retries, i.e. extra load the figure would pay).
     The simulator holds the call until then (`wait_below`): polling its stats instead cost both
     processes about 50 HTTP calls a second, on the cores the system under test needs.
     """
     session = requests.Session()
-    for start in range(0, len(rows), EMIT_BATCH):
+    size, pending = ctx.sizes.b5_batch, ctx.sizes.b5_pending
+    for start in range(0, len(rows), size):
         batch = [{"keyId": key_id, "remoteJid": jid, "fromMe": True, "status": "DELIVERY_ACK",
                   "instanceId": instance_id, "messageId": start + n}
-                 for n, (_, key_id, jid) in enumerate(rows[start:start + EMIT_BATCH])]
+                 for n, (_, key_id, jid) in enumerate(rows[start:start + size])]
         response = session.post(f"{ctx.sim.base_url}/_control/emit",
                                  json={"instance": instance, "event": "messages.update", "batch": batch,
-                                       "wait_below": IN_FLIGHT_LIMIT}, timeout=120)
+                                       "wait_below": pending}, timeout=120)
         response.raise_for_status()
 
 
