@@ -272,8 +272,9 @@ def _connection(event: IngestionEvent, instance: Instance, data: dict[str, Any])
     if state not in CONNECTION_STATES:
         return "ignored_state"  # e.g. "refused" (QR limit): not a connection state
     # Serialise connection events of one instance, so that the "is a newer one applied?"
-    # check and the write cannot interleave between two channels.
-    Instance.objects.select_for_update().filter(pk=instance.pk).first()
+    # check and the write cannot interleave between two channels. FOR NO KEY UPDATE: a plain
+    # FOR UPDATE would also block the foreign-key checks of every accept for this instance.
+    Instance.objects.select_for_update(no_key=True).filter(pk=instance.pk).first()
     if event.occurred_at is not None and _newer_state_applied(event):
         return "stale"
     # The domain records it, refreshes the worker's cached view and, on `open`, releases the

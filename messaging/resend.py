@@ -59,9 +59,13 @@ def _already(entry: DeadLetter) -> str:
 
 def _lock(dead_letter: DeadLetter) -> DeadLetter:
     # The row lock serialises two people acting on the same entry: the second waits, then sees
-    # the first one's resolution and does nothing.
-    locked: DeadLetter = DeadLetter.objects.select_for_update().select_related("message", "project").get(
-        pk=dead_letter.pk
+    # the first one's resolution and does nothing. Only the entry's own row (`of`), and FOR NO
+    # KEY UPDATE: locking the joined project or message FOR UPDATE would hold up every accept
+    # of the project (their foreign-key checks) until this transaction ends.
+    locked: DeadLetter = (
+        DeadLetter.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("message", "project")
+        .get(pk=dead_letter.pk)
     )
     return locked
 
