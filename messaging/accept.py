@@ -13,6 +13,7 @@ stay plain functions in `rules`.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +21,15 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
-from django.db.models.fields import AutoFieldMixin
+from django.db.models.fields import (
+    AutoFieldMixin,
+    CharField,
+    DateField,
+    DateTimeField,
+    Field,
+    TextField,
+    UUIDField,
+)
 from django.db.models.signals import post_save
 from django.utils import timezone
 
@@ -221,17 +230,50 @@ def notify_relay(lane: str) -> None:
         cursor.execute("SELECT pg_notify(%s, %s)", [OUTBOX_CHANNEL, lane])
 
 
-def _insert_fields(model: type[Model]) -> list[tuple[Any, str]]:
+# Field classes whose get_db_prep_save() hands a value of exactly this type to the driver as it
+# is (to_python returns it unchanged, PostgreSQL's backend adapts nothing; a datetime only when
+# aware: a naive one is made aware, with a warning): _row skips those calls, five to seven
+# Python calls for each of more than half of an accept's 41 values.
+_STORED_AS_GIVEN: dict[type[Field[Any, Any]], type] = {
+    CharField: str,
+    TextField: str,
+    UUIDField: uuid.UUID,
+    DateTimeField: datetime,
+}
+
+
+@dataclass(frozen=True)
+class _Column:
+    field: Any
+    name: str  # quoted
+    attname: str | None  # set when pre_save() is a plain getattr (no auto_now and the like)
+    as_given: type | None  # a value of exactly this type needs no get_db_prep_save()
+
+
+def _plain_pre_save(f: Any) -> bool:
+    """Whether f.pre_save() only reads the attribute: Field's own, or a date(time) column that
+    is neither auto_now nor auto_now_add (an accept writes fifteen of those)."""
+    if type(f).pre_save is Field.pre_save:
+        return True
+    return type(f) in (DateField, DateTimeField) and not f.auto_now and not f.auto_now_add
+
+
+def _insert_columns(model: type[Model]) -> list[_Column]:
     # What Model.save() inserts: every concrete column but a database-generated primary key.
     return [
-        (f, connection.ops.quote_name(f.column))
+        _Column(
+            field=f,
+            name=connection.ops.quote_name(f.column),
+            attname=f.attname if _plain_pre_save(f) else None,
+            as_given=_STORED_AS_GIVEN.get(type(f)),
+        )
         for f in model._meta.concrete_fields
         if not isinstance(f, AutoFieldMixin)
     ]
 
 
-_INSERTED: dict[type[Model], list[tuple[Any, str]]] = {
-    model: _insert_fields(model) for model in (Message, MessageEvent, OutboxEntry, IdempotencyRecord)
+_INSERTED: dict[type[Model], list[_Column]] = {
+    model: _insert_columns(model) for model in (Message, MessageEvent, OutboxEntry, IdempotencyRecord)
 }
 
 
@@ -243,12 +285,16 @@ def _row(obj: Model, db: Any) -> tuple[str, str, list[Any]]:
     """
     columns: list[str] = []
     values: list[Any] = []
-    for f, column in _INSERTED[type(obj)]:
-        value = f.pre_save(obj, True)
+    for column in _INSERTED[type(obj)]:
+        f = column.field
+        value = getattr(obj, column.attname) if column.attname else f.pre_save(obj, True)
         if value is None and f.null:
             continue  # before preparing it: a third of a message's columns are empty
-        columns.append(column)
-        values.append(f.get_db_prep_save(value, db))
+        columns.append(column.name)
+        if type(value) is column.as_given and (column.as_given is not datetime or value.utcoffset() is not None):
+            values.append(value)
+        else:
+            values.append(f.get_db_prep_save(value, db))
     return f"{obj._meta.db_table} ({', '.join(columns)})", ", ".join(["%s"] * len(values)), values
 
 

@@ -93,6 +93,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     )
 
 
+_JSON = "application/json"
+_PLAIN_ACCEPTS = frozenset({"*/*", _JSON})
+
+
 class ClientApiView(APIView):
     """Auth, throttle and error shape shared by every /v1 endpoint (RTD APIv3Settings)."""
 
@@ -105,6 +109,22 @@ class ClientApiView(APIView):
         # a valid key learns 401 whatever its Accept header says (the error is JSON either way).
         self.perform_authentication(request)
         super().initial(request, *args, **kwargs)
+
+    def perform_content_negotiation(self, request: Any, force: bool = False) -> Any:
+        # DRF parses the Accept header, and builds request.headers from every META key to read
+        # it, on each request. With the one JSON renderer, no Accept header, `*/*` or
+        # `application/json` (and no ?format=) has one answer, the one DRF would give.
+        renderers = self.get_renderers()
+        meta = request.META
+        if (
+            len(renderers) == 1
+            and renderers[0].media_type == _JSON
+            and not getattr(self, "format_kwarg", None)  # unset when the key failed before initial()
+            and not meta.get("QUERY_STRING")
+            and meta.get("HTTP_ACCEPT", "*/*") in _PLAIN_ACCEPTS
+        ):
+            return renderers[0], _JSON
+        return super().perform_content_negotiation(request, force)
 
     @property
     def project(self) -> Any:

@@ -24,7 +24,13 @@ from ..errors import Rejected
 from ..models import Instance, Message, OptIn
 from ..representations import iso, message_body
 from . import schema
-from .serializers import MessageListQuerySerializer, OptInSerializer, SendMessageSerializer, given_params
+from .serializers import (
+    MessageListQuerySerializer,
+    OptInSerializer,
+    SendMessageSerializer,
+    given_params,
+    send_request,
+)
 
 
 def _request_hash(raw: bytes) -> str:
@@ -63,10 +69,8 @@ class SendMessageView(ClientApiView):
             request_hash = _request_hash(request._request.body)
         problem: exceptions.APIException | None = None
         try:
-            serializer = SendMessageSerializer(data=request.data)
-            if not serializer.is_valid():
-                problem = exceptions.ValidationError(serializer.errors)
-        except (exceptions.ParseError, exceptions.UnsupportedMediaType) as exc:
+            send = send_request(request.data)
+        except (exceptions.ParseError, exceptions.UnsupportedMediaType, exceptions.ValidationError) as exc:
             problem = exc
         if problem is not None:
             # The Idempotency-Key answers before the payload (contract order): a used key still
@@ -80,7 +84,7 @@ class SendMessageView(ClientApiView):
                 self.project,
                 self.api_key,
                 self.api_key.environment,
-                serializer.to_request(),
+                send,
                 idempotency_key,
                 request_hash,
             )
