@@ -65,7 +65,7 @@ def _summary(results: dict[str, Any]) -> list[str]:
     if b5 := sc.get("B5"):
         base5 = spread(b5["baseline"]) if "baseline" in b5 else num(b5["baseline_rate"])
         rows.append(f"| B5 | {spread(b5['rate'])} unique events/s ({b5['events']:,} events × 2 channels); correct: "
-                    f"{'yes' if b5['correct'] else 'NO'} | bare DRF insert {base5} req/s (before each run) "
+                    f"{'yes' if b5['correct'] else 'NO'} | bare DRF insert {base5} req/s (around each run) "
                     f"| {num(b5['ratio'], 2)}× | ≥ 0.5× | {status(b5['met'])} |")
     if b6 := sc.get("B6"):
         behind = b6["behind"]
@@ -173,8 +173,9 @@ def _details(results: dict[str, Any]) -> list[str]:
         out += ["### B5 dual ingestion", "",
                 "Events/s: unique events applied per second, from the first emit to the last status applied (the "
                 "figure judged). With copies: until the slower channel's duplicate of every event was handled too. "
-                "The baseline (the bare DRF insert under wrk, as in B1) is measured right before each run, so that "
-                "the machine's drift between scenarios does not enter the ratio. The load generator asks the "
+                "The baseline (the bare DRF insert under wrk, as in B1) is measured right before and right after "
+                "each run, and the run is compared with their mean, so that the machine's drift does not enter the "
+                "ratio. The load generator asks the "
                 f"simulator for events in batches of {results['sizes'].get('b5_batch', 100)} once at most "
                 f"{results['sizes'].get('b5_pending', 300)} webhooks are pending (the simulator holds the call "
                 "until then: nothing polls).", "",
@@ -182,7 +183,9 @@ def _details(results: dict[str, Any]) -> list[str]:
                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for i, r in enumerate(b5["runs"]):
             counters = ", ".join(f"{k}={v}" for k, v in sorted(r["metrics"].items()))
-            out.append(f"| {i + 1} | {num(r.get('baseline_rate'))} | {num(r['rate'])} | {num(r.get('rate_with_copies'))} | {r['inbox_rows']:,} | {r['inbox_processed']:,} | "
+            sides = r.get("baseline_before_after")
+            bare_cell = num(r.get("baseline_rate")) + (f" ({num(sides[0])} before, {num(sides[1])} after)" if sides else "")
+            out.append(f"| {i + 1} | {bare_cell} | {num(r['rate'])} | {num(r.get('rate_with_copies'))} | {r['inbox_rows']:,} | {r['inbox_processed']:,} | "
                        f"{r['messages_delivered']:,} | {r.get('stray_rows', 0)} | {r['webhooks_posted']:,} | {r['rabbitmq_published']:,} | {counters} "
                        f"| {100 * r['simulator_cpu_share']:.0f} % |")
         out.append("")

@@ -152,10 +152,13 @@ def one_run(ctx: Context, count: int) -> dict[str, Any]:
 
 
 def baseline(ctx: Context) -> tuple[float, dict[str, float]]:
-    """The bare DRF insert (B1's baseline view) measured right before a run: req/s and CPU per request.
+    """The bare DRF insert (B1's baseline view) measured right before and right after a run: req/s
+    and CPU per request.
 
     Measured next to each run rather than taken from B1 minutes earlier: on a shared machine the
-    speed drifts by ±30 % between scenarios, and a ratio must compare like with like."""
+    speed drifts by ±30 % between scenarios, and a ratio must compare like with like. Even within
+    one run it drifted by up to 30 % between two minutes, so a run is compared with the mean of the
+    baselines on both sides of it."""
     from ..loadgen import post_load
     from .b1_accept import BASELINE_PATH, send_body
 
@@ -171,13 +174,15 @@ def run(ctx: Context) -> dict[str, Any]:
     with ctx.cpu() as meter:
         for n in range(sizes.b5_runs):
             ctx.fresh()
-            base_rate, base_cpu = baseline(ctx)
+            before, base_cpu = baseline(ctx)
             runs.append(one_run(ctx, sizes.b5_events))
+            after, _ = baseline(ctx)
             r = runs[-1]
-            r["baseline_rate"], r["cpu_ms_per_bare_insert"] = round(base_rate, 1), base_cpu
-            ctx.log(f"  B5 run {n + 1}: bare insert {base_rate:.0f}/s, then {r['rate']:.0f} events/s, inbox "
-                    f"{r['inbox_rows']} rows, {r['messages_delivered']} delivered (sim CPU {r['simulator_cpu_share']:.0%} "
-                    "of one core)")
+            r["baseline_rate"], r["cpu_ms_per_bare_insert"] = round((before + after) / 2, 1), base_cpu
+            r["baseline_before_after"] = [round(before, 1), round(after, 1)]
+            ctx.log(f"  B5 run {n + 1}: bare insert {before:.0f}/s, then {r['rate']:.0f} events/s, then bare insert "
+                    f"{after:.0f}/s; inbox {r['inbox_rows']} rows, {r['messages_delivered']} delivered (sim CPU "
+                    f"{r['simulator_cpu_share']:.0%} of one core)")
     ctx.fresh()
     rate = Spread.of([r["rate"] for r in runs])
     base = Spread.of([r["baseline_rate"] for r in runs])
