@@ -4,7 +4,7 @@ N messages are put in SENT with an Evolution id (bulk accept path without outbox
 the simulator is then asked to emit one DELIVERY_ACK per message (`/_control/emit`), which it sends
 both ways, exactly like Evolution. Measured: unique events applied per second, from the first emit
 to the last event processed and every message DELIVERED. The baseline is B1's bare insert view,
-measured again right before each run.
+measured again right before and right after each run.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from ..context import Context, cpu_summary, per_unit, wait_for
 from ..stats import Spread
 
 EVOLUTION_COUNTERS = "ps:metrics:evolution:*"
-# The load generator asks the simulator for events in batches (one control call per batch), so
-# that its own HTTP work is not a second load on the machine, and keeps at most this many
-# webhooks pending: enough that the webhook pool never waits for work.
+
+
 def prepare(ctx: Context, count: int) -> list[tuple[str, str, str]]:
     """SENT messages with Evolution ids; returns (message id, keyId, remoteJid)."""
     from django.db import connection
