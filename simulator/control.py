@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-
 import copy
 import time
 from collections import deque
