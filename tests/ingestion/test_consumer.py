@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 import time
 import uuid
@@ -321,3 +322,68 @@ def test_deliveries_arriving_during_a_confirm_wait_are_handled_after_it_never_in
     assert deepest[0] == 1  # one message at a time, even with a prefetched batch arriving mid-wait
     assert depth(connection, topo.retries[0]) == count and depth(connection, topo.work) == 0
     assert IngestionEvent.objects.count() == 0
+
+
+def test_handled_deliveries_are_acked_in_batches_and_none_is_left_unacked(
+    transactional_db, connection, topo, exchange_name, settings
+):
+    # A quorum queue settles each ack through its Raft log: one `multiple` ack per batch.
+    count = consumer_module.ACK_BATCH * 2 + 5
+    for n in range(count):
+        payload = receipt("READ", key_id=f"BATCH{n:04d}", channel="rabbitmq")
+        metrics.redis().set(LOCK_PREFIX + inbox.dedup_key(payload), DONE, ex=60)  # the webhook had them
+        publish_like_evolution(connection, exchange_name, payload)
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own:
+        worker = consumer_module.EvolutionConsumer(own, topo)
+        sent = []
+        real_ack = amqp.Channel.basic_ack
+
+        def counting_ack(channel, delivery_tag, multiple=False, **kwargs):
+            sent.append((delivery_tag, multiple))
+            return real_ack(channel, delivery_tag, multiple=multiple, **kwargs)
+
+        with pytest.MonkeyPatch.context() as patch:  # a spy: every ack still reaches the broker
+            patch.setattr(amqp.Channel, "basic_ack", counting_ack)
+            loop = worker.consume(timeout=1)
+            for _ in loop:
+                if worker.handled == count:
+                    break
+            assert worker.acks.pending == count - consumer_module.ACK_BATCH * 2
+            with pytest.raises(socket.timeout):  # idle for 1 s: the last five are acked meanwhile
+                next(loop)
+            acked_while_idle = list(sent)
+            loop.close()
+
+    assert worker.handled == count
+    assert sent[:2] == [(consumer_module.ACK_BATCH, True), (consumer_module.ACK_BATCH * 2, True)]
+    assert acked_while_idle == sent and len(sent) == 3 and sent[-1] == (count, True)
+    assert counter("rabbitmq:skipped") == count
+    assert depth(connection, topo.work) == 0  # the connection is closed: an unacked one would be back
+
+
+def test_deliveries_handled_but_not_yet_acked_come_again_after_a_crash_and_are_skipped(
+    transactional_db, web, connection, topo, sent_message, exchange_name, settings
+):
+    for status in ("SERVER_ACK", "DELIVERY_ACK"):
+        publish_like_evolution(connection, exchange_name, receipt(status, channel="rabbitmq"))
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own:
+        worker = consumer_module.EvolutionConsumer(own, topo)
+        loop = worker.consume(timeout=5)
+        for _ in loop:
+            if worker.handled == 2:
+                break
+        assert worker.acks.pending == 2  # handled and committed, the ack not sent yet
+        worker.acks.forget()  # the process dies here: its connection closes without the ack
+        loop.close()
+    assert IngestionEvent.objects.count() == 2
+    deadline = time.monotonic() + 5
+    while depth(connection, topo.work) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert depth(connection, topo.work) == 2  # redelivered, not lost
+
+    run_once(connection, topo, count=2)
+
+    assert IngestionEvent.objects.count() == 2  # skipped, not stored or applied twice
+    assert sent_message.events.filter(kind="STATUS").count() == 2
+    assert counter("rabbitmq:forward_ok") == 2 and counter("rabbitmq:skipped") == 2
+    assert depth(connection, topo.work) == 0
