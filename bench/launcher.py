@@ -164,20 +164,20 @@ class BenchStack:
             argv += ["--rabbitmq-url", self.env["EVOLUTION_RABBITMQ_URL"]]
         return self._process("simulator", "simulator", argv)
 
-    def _gunicorn(self, name: str, port: int, workers: int, extra: list[str]) -> Process:
+    def _gunicorn(self, name: str, app: str, port: int, workers: int, extra: list[str]) -> Process:
         return self._process(
             name, name,
-            [sys.executable, "-m", "gunicorn", "pilot_status.wsgi:application", "-b", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "gunicorn", app, "-b", f"127.0.0.1:{port}",
              # As in the Procfile (keep-alive, access log), so the figures are the deployed server's.
              "-w", str(workers), "--timeout", "30", "--graceful-timeout", "5", "--keep-alive", "5",
              "--access-logfile", "-", *extra],
         )
 
     def web(self) -> Process:
-        return self._gunicorn("web", self.web_port, self.config.web_workers, self.config.web_args)
+        return self._gunicorn("web", "pilot_status.wsgi:application", self.web_port, self.config.web_workers, self.config.web_args)
 
     def webhook(self) -> Process:
-        return self._gunicorn("webhook", self.webhook_port, self.config.webhook_workers, self.config.webhook_args)
+        return self._gunicorn("webhook", "pilot_status.internal_wsgi:application", self.webhook_port, self.config.webhook_workers, self.config.webhook_args)
 
     def relay(self) -> Process:
         # As in the Procfile: the OTP lane has a relay of its own (relay-otp).

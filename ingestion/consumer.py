@@ -173,12 +173,14 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         consumer = consumer_cls(queues=[self.topology.work], callbacks=[self.on_message], accept=None, prefetch_count=PREFETCH)
         return [consumer]
 
-    def consume(self, *args: Any, safety_interval: float = ACK_MAX_DELAY_S, **kwargs: Any) -> Iterator[Any]:
+    def consume(
+        self, limit: int | None = None, timeout: int | None = None, safety_interval: float = ACK_MAX_DELAY_S, **kwargs: Any
+    ) -> Any:
         # Wake at least every ACK_MAX_DELAY_S, so that on_iteration acks a trickle in time.
-        return super().consume(*args, safety_interval=safety_interval, **kwargs)  # type: ignore[no-any-return]
+        return super().consume(limit, timeout, safety_interval, **kwargs)  # type: ignore[arg-type,func-returns-value]
 
     @contextmanager
-    def extra_context(self, connection: Any, channel: Any) -> Iterator[None]:
+    def extra_context(self, connection: Any, channel: Any) -> Iterator[None]:  # type: ignore[override]
         # Entered around the consuming loop, and left while the connection is still open, on
         # every way out: a stop, an error, or a caller that closes the loop.
         try:
