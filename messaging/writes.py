@@ -9,6 +9,8 @@ all atomic because Postgres runs one statement atomically in autocommit.
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -63,6 +65,24 @@ def _prep(model: type[models.Model], name: str, value: Any) -> Any:
     field = model._meta.get_field(name)
     assert isinstance(field, models.Field)
     return field.get_db_prep_save(value, connection)
+
+
+# Two parameters of every write of a message go as text, cast in SQL: psycopg's list and JSON
+# dumpers are Python code that a cursor sets up again for each statement (≈ 3 % and 2 % of the
+# webhook pool's CPU under bench B5, py-spy).
+_STATUS = re.compile(r"^[A-Z_]+$")
+
+
+def _text_array(statuses: Iterable[str]) -> str:
+    """Statuses as a Postgres array literal; they are enum values, so nothing needs quoting."""
+    values = list(statuses)
+    assert all(_STATUS.match(value) for value in values), values
+    return "{" + ",".join(values) + "}"
+
+
+def _detail_json(detail: Any) -> str:
+    encoder = MessageEvent._meta.get_field("detail").encoder  # type: ignore[union-attr]
+    return json.dumps(detail, cls=encoder)
 
 
 _CLAIM = """
@@ -142,8 +162,8 @@ def compare_and_set_ctes(
         else:
             assignments.append(f'"{column}" = %s')
             params.append(_prep(Message, name, value))
-    where = f"id = {message_ref} AND status = ANY(%s)"
-    params += [*ref_params, list(from_statuses)]
+    where = f"id = {message_ref} AND status = ANY(%s::varchar[])"
+    params += [*ref_params, _text_array(from_statuses)]
     if lease_token is not None:
         where += " AND lease_token = %s"
         params.append(lease_token)
@@ -151,7 +171,7 @@ def compare_and_set_ctes(
     if lines:
         rows = ", ".join(["(%s::varchar, %s::varchar, %s::jsonb, %s::timestamptz, %s::int)"] * len(lines))
         for position, line in enumerate(lines):
-            params += [line.kind, line.actor, _prep(MessageEvent, "detail", line.detail), line.created_at, position]
+            params += [line.kind, line.actor, _detail_json(line.detail), line.created_at, position]
         sql += f""",
 timeline AS (
     INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
