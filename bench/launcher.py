@@ -177,7 +177,8 @@ class BenchStack:
         return self._gunicorn("web", "pilot_status.wsgi:application", self.web_port, self.config.web_workers, self.config.web_args)
 
     def webhook(self) -> Process:
-        return self._gunicorn("webhook", "pilot_status.internal_wsgi:application", self.webhook_port, self.config.webhook_workers, self.config.webhook_args)
+        return self._gunicorn("webhook", "pilot_status.internal_wsgi:application", self.webhook_port, self.config.webhook_workers,
+                             ["--logger-class", "pilot_status.access_log.FailedRequestsOnly", *self.config.webhook_args])
 
     def relay(self) -> Process:
         # As in the Procfile: the OTP lane has a relay of its own (relay-otp).

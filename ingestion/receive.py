@@ -25,9 +25,6 @@ class Received:
     status: str  # PROCESSED or SKIPPED: what the webhook answers
     reason: str  # the handler's outcome, or why it was skipped
 
-    def as_json(self) -> dict[str, str]:
-        return {"status": self.status, "reason": self.reason}
-
 
 def receive_webhook(payload: dict[str, Any]) -> Received:
     """An event from Evolution's webhook: store it (channel WEBHOOK) and apply it once.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any
@@ -57,7 +58,13 @@ def _webhook(request: HttpRequest) -> HttpResponse:
     if not forwarded and evolution is None:  # our own process, but the event is not proven Evolution's
         return _unauthorized("Unknown instance or bad Evolution credentials.")
     received = receive.receive_forwarded(payload) if forwarded else receive.receive_webhook(payload)
-    return JsonResponse(received.as_json())
+    return HttpResponse(_answer_body(received.status, received.reason), content_type="application/json")
+
+
+@functools.lru_cache(maxsize=256)
+def _answer_body(status: str, reason: str) -> bytes:
+    # A handful of (status, reason) pairs answer every webhook: encoded once each.
+    return json.dumps({"status": status, "reason": reason}).encode()
 
 
 def _unauthorized(message: str) -> HttpResponse:

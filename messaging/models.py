@@ -6,6 +6,7 @@ writes a MessageEvent so that the timeline is the audit trail.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -145,6 +146,13 @@ class ApiKey(models.Model):
         )
 
 
+@functools.lru_cache(maxsize=4096)
+def _derived_webhook_token(secret_key: str, name: str, salt: str) -> str:
+    # Checked on every webhook: derived once per instance and salt (a re-key changes the salt).
+    material = f"webhook-token:{name}:{salt}".encode()
+    return hmac.new(secret_key.encode(), material, hashlib.sha256).hexdigest()
+
+
 class Instance(models.Model):
     """One WhatsApp number connected on Evolution API."""
 
@@ -188,8 +196,7 @@ class Instance(models.Model):
 
     @property
     def webhook_token(self) -> str:
-        material = f"webhook-token:{self.name}:{self.token_salt}".encode()
-        return hmac.new(settings.SECRET_KEY.encode(), material, hashlib.sha256).hexdigest()
+        return _derived_webhook_token(settings.SECRET_KEY, self.name, self.token_salt)
 
     def check_webhook_token(self, candidate: str) -> bool:
         return hmac.compare_digest(self.webhook_token, candidate)

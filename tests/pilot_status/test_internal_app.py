@@ -98,3 +98,35 @@ def test_a_crash_in_a_view_is_the_json_500(db, monkeypatch):
     assert answer.status_code == 500
     assert answer.json()["error"]["code"] == "internal_error"
     assert b"secret internals" not in answer.body
+
+
+def test_the_pool_under_gunicorn_logs_failed_requests_only(db, tmp_path):
+    # As the Procfile runs it: a success leaves no access line, a refusal does.
+    import os
+    import subprocess
+    import sys
+
+    import requests
+
+    from tests.support.processes import free_port, test_database_url, wait_for_port
+
+    port, log = free_port(), tmp_path / "access.log"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "pilot_status.internal_wsgi:application", "-b", f"127.0.0.1:{port}",
+         "-w", "1", "--worker-class", "gthread", "--threads", "2", "--access-logfile", str(log),
+         "--logger-class", "pilot_status.access_log.FailedRequestsOnly"],
+        env={**os.environ, "DATABASE_URL": test_database_url()},
+    )
+    try:
+        wait_for_port(port, proc=server)
+        base = f"http://127.0.0.1:{port}/api/internal/metrics"
+        assert requests.get(base, headers={"X-Internal-Webhook-Secret": settings.INTERNAL_WEBHOOK_SECRET}).status_code == 200
+        assert requests.get(base + "?refused=1").status_code == 401
+        assert requests.get(f"http://127.0.0.1:{port}/admin/").status_code == 404
+    finally:
+        server.terminate()
+        server.wait(10)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2, lines
+    assert '"GET /api/internal/metrics?refused=1 HTTP/1.1" 401' in lines[0]
+    assert '"GET /admin/ HTTP/1.1" 404' in lines[1]
