@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
+from django.http import HttpResponse
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
@@ -60,7 +61,7 @@ class SendMessageView(ClientApiView):
         parameters=[schema.IDEMPOTENCY_KEY],
         responses=schema.responses(202, schema.AcceptedMessage, 400, 401, 403, 409, 413, 415, 422, 429),
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> HttpResponse:
         idempotency_key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None
         request_hash = ""
         if idempotency_key is not None:
@@ -90,7 +91,14 @@ class SendMessageView(ClientApiView):
             )
         except AnsweredBefore as answered:
             return _replay(answered.record, request_hash)
-        return Response(body, status=status.HTTP_202_ACCEPTED)
+        return accepted_response(body)
+
+
+def accepted_response(body: dict[str, str]) -> HttpResponse:
+    """The 202, encoded as DRF's JSONRenderer would (compact, UTF-8) without its response
+    machinery (≈ 4 % of an accept's CPU); DRF still adds its Allow and Vary headers to it."""
+    encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return HttpResponse(encoded, status=status.HTTP_202_ACCEPTED, content_type="application/json")
 
 
 def _encode_cursor(message: Message) -> str:

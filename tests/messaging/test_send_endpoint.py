@@ -276,3 +276,20 @@ def test_metadata_is_kept_and_returned(alice, alice_instance, opted_in):
     message_id = response.json()["id"]
     detail = alice.client().get(f"/v1/messages/{message_id}").json()
     assert detail["metadata"] == {"order": 42, "tags": ["a"]}
+
+
+def test_the_202_is_what_drf_would_render_with_the_same_headers(alice, alice_instance, opted_in):
+    # The 202 skips DRF's Response (views.accepted_response); its bytes and headers must not differ.
+    from rest_framework.renderers import JSONRenderer
+
+    response = alice.client().post(URL, body(to="+55 11 98888-7777", variables={"name": "Zoë ☕"}), format="json")
+
+    assert response.status_code == 202, response.content
+    assert response.content == JSONRenderer().render(response.json())
+    assert response["Content-Type"] == "application/json"
+    assert response["Allow"] == "POST, OPTIONS"
+    first = alice.client().post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="k-202")
+    replayed = alice.client().post(URL, body(), format="json", HTTP_IDEMPOTENCY_KEY="k-202")  # a DRF Response
+    assert replayed["Idempotent-Replayed"] == "true"
+    assert (replayed.status_code, replayed.json()) == (202, first.json())
+    assert set(replayed.headers) - {"Idempotent-Replayed"} == set(first.headers)
