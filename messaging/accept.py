@@ -13,6 +13,7 @@ stay plain functions in `rules`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import Model
+from django.db.models import JSONField, Model
 from django.db.models.fields import (
     AutoFieldMixin,
     CharField,
@@ -248,6 +249,10 @@ class _Column:
     name: str  # quoted
     attname: str | None  # set when pre_save() is a plain getattr (no auto_now and the like)
     as_given: type | None  # a value of exactly this type needs no get_db_prep_save()
+    # A JSON column's value goes as JSON text cast in SQL, encoded as Django's adapter would:
+    # psycopg's JSON dumper is Python code that each new cursor sets up again (bench B1).
+    json_encoder: Any = None
+    json: bool = False
 
 
 def _plain_pre_save(f: Any) -> bool:
@@ -266,6 +271,8 @@ def _insert_columns(model: type[Model]) -> list[_Column]:
             name=connection.ops.quote_name(f.column),
             attname=f.attname if _plain_pre_save(f) else None,
             as_given=_STORED_AS_GIVEN.get(type(f)),
+            json_encoder=getattr(f, "encoder", None),
+            json=isinstance(f, JSONField),
         )
         for f in model._meta.concrete_fields
         if not isinstance(f, AutoFieldMixin)
@@ -284,6 +291,7 @@ def _row(obj: Model, db: Any) -> tuple[str, str, list[Any]]:
     caching its parsed form (50 parameters), and a message has ten empty timestamps.
     """
     columns: list[str] = []
+    placeholders: list[str] = []
     values: list[Any] = []
     for column in _INSERTED[type(obj)]:
         f = column.field
@@ -291,11 +299,16 @@ def _row(obj: Model, db: Any) -> tuple[str, str, list[Any]]:
         if value is None and f.null:
             continue  # before preparing it: a third of a message's columns are empty
         columns.append(column.name)
+        if column.json:
+            placeholders.append("%s::jsonb")
+            values.append(json.dumps(value, cls=column.json_encoder))
+            continue
+        placeholders.append("%s")
         if type(value) is column.as_given and (column.as_given is not datetime or value.utcoffset() is not None):
             values.append(value)
         else:
             values.append(f.get_db_prep_save(value, db))
-    return f"{obj._meta.db_table} ({', '.join(columns)})", ", ".join(["%s"] * len(values)), values
+    return f"{obj._meta.db_table} ({', '.join(columns)})", ", ".join(placeholders), values
 
 
 def _write(rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime) -> bool:

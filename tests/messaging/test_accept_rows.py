@@ -6,6 +6,7 @@ messaging.accept._row skips get_db_prep_save() for values it hands to the driver
 
 from __future__ import annotations
 
+import json
 import uuid
 import warnings
 from datetime import datetime, timedelta
@@ -15,6 +16,7 @@ from unittest import mock
 import pytest
 from django.db import connection
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from messaging.accept import _INSERTED, _row
 from messaging.models import EventKind, IdempotencyRecord, Message, MessageEvent, OutboxEntry, Priority, Status
@@ -22,20 +24,26 @@ from messaging.models import EventKind, IdempotencyRecord, Message, MessageEvent
 NOW = timezone.now()
 
 
-def django_row(obj: Any) -> tuple[list[str], list[Any]]:
-    columns, values = [], []
+def django_row(obj: Any) -> tuple[list[str], list[str], list[Any]]:
+    columns, placeholders, values = [], [], []
     for column in _INSERTED[type(obj)]:
         f = column.field
         value = f.pre_save(obj, True)
         if value is None and f.null:
             continue
         columns.append(column.name)
-        values.append(f.get_db_prep_save(value, connection))
-    return columns, values
+        prepared = f.get_db_prep_save(value, connection)
+        if isinstance(prepared, Jsonb):  # _row sends the same JSON text, cast in SQL
+            placeholders.append("%s::jsonb")
+            values.append((prepared.dumps or json.dumps)(prepared.obj))
+        else:
+            placeholders.append("%s")
+            values.append(prepared)
+    return columns, placeholders, values
 
 
 def comparable(values: list[Any]) -> list[Any]:
-    # psycopg's Jsonb wrapper has no equality of its own; Int8 & co. are ints with a type.
+    # Int8 & co. are ints with a type.
     return [(type(v), getattr(v, "obj", v)) for v in values]
 
 
@@ -60,9 +68,9 @@ def rows(alice: Any, instance: Any, **message_fields: Any) -> list[Any]:
 def assert_as_django(obj: Any) -> None:
     with mock.patch("django.utils.timezone.now", return_value=NOW):  # auto_now columns
         table, placeholders, values = _row(obj, connection)
-        columns, expected = django_row(obj)
+        columns, expected_placeholders, expected = django_row(obj)
     assert table == f"{obj._meta.db_table} ({', '.join(columns)})"
-    assert placeholders == ", ".join(["%s"] * len(expected))
+    assert placeholders == ", ".join(expected_placeholders)
     assert comparable(values) == comparable(expected)
 
 
