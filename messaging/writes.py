@@ -150,7 +150,11 @@ def compare_and_set_ctes(
 ) -> tuple[str, list[Any]]:
     """The CTEs of a compare-and-set, for a statement that may do more: `changed` (the update of
     the message `message_ref`, an SQL expression with `ref_params`, if it is still in
-    `from_statuses`; RETURNING id, category) and, with lines, `timeline` (its lines)."""
+    `from_statuses`; RETURNING id, category) and, with lines, `timeline` (its lines).
+
+    A line is stamped no earlier than the database's clock once the update holds the message's
+    row: two receipts racing for one message read their clocks in Python in one order and may
+    take the row in the other, and the timeline must list them in the order they were applied."""
     assignments, params = [], []
     for name, value in changes.items():
         field = Message._meta.get_field(name)
@@ -175,7 +179,7 @@ def compare_and_set_ctes(
         sql += f""",
 timeline AS (
     INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
-    SELECT changed.id, e.kind, e.actor, e.detail, e.created_at
+    SELECT changed.id, e.kind, e.actor, e.detail, GREATEST(e.created_at, clock_timestamp())
       FROM changed, (VALUES {rows}) AS e(kind, actor, detail, created_at, position)
      ORDER BY e.position
     RETURNING 1
