@@ -1,5 +1,5 @@
 """The webhook pool's URLs: the internal endpoints only (pilot_status.internal_wsgi)."""
 
-from django.urls import include, path
+from ingestion.urls import urlpatterns
 
-urlpatterns = [path("api/internal/", include("ingestion.urls"))]
+__all__ = ["urlpatterns"]

@@ -3,6 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from ingestion.urls import urlpatterns as internal_urlpatterns
+
 urlpatterns = [
     path("v1/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
     path(
@@ -12,7 +14,7 @@ urlpatterns = [
     ),
     path("v1/", include("messaging.api.urls")),
     # Evolution's webhook and the counters (ingestion/urls.py); the webhook pool serves only these.
-    path("api/internal/", include("ingestion.urls")),
+    *internal_urlpatterns,
     path("admin/", admin.site.urls),
     # Customer dashboard (Django auth; members of a project only)
     path(
