@@ -18,16 +18,47 @@ from django.db.backends.postgresql.base import ServerBindingCursor  # type: igno
 class _PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
     """Server-side parameters, and the statement prepared on its first use on a connection."""
 
+    reusable = False  # the connection's kept cursor (_cursor_for)
+    in_use = False
+
     def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None) -> Any:
         return super().execute(query, params, prepare=True, binary=binary)
 
+    def close(self) -> None:
+        if self.reusable:
+            self.in_use = False  # kept open for the connection's next statement
+            return
+        super().close()
+
+
+def _cursor_for(db: Any) -> _PreparedCursor:
+    """The connection's kept cursor, or a new one while that one is in use.
+
+    A cursor sets up psycopg's adapters again for every type it sends (Python code per new
+    cursor); keeping one per connection saved ≈ 30 µs of CPU per statement (bench B1/B5). It is
+    dropped with its connection: a reconnect makes a new one.
+    """
+    kept = getattr(db, "_ps_prepared_cursor", None)
+    if kept is not None and kept[0] is db.connection and not kept[1].in_use and not kept[1].closed:
+        cursor: _PreparedCursor = kept[1]
+    else:
+        with db.wrap_database_errors:
+            cursor = _PreparedCursor(db.connection)
+        if kept is None or kept[0] is not db.connection or kept[1].closed:
+            cursor.reusable = True
+            db._ps_prepared_cursor = (db.connection, cursor)
+    cursor.in_use = True
+    return cursor
+
 
 def prepared_cursor() -> Any:
-    """A Django cursor (health check, error wrapping, query logging) over a _PreparedCursor."""
+    """A Django cursor (health check, error wrapping, query logging) over a _PreparedCursor.
+
+    Use it in a `with` block and read its rows inside: leaving the block hands the kept cursor
+    back (a cursor opened meanwhile, nested, is a new one)."""
     db = connections[DEFAULT_DB_ALIAS]
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()
-    with db.wrap_database_errors:
-        raw = _PreparedCursor(db.connection)
+    raw = _cursor_for(db)
     return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
