@@ -7,11 +7,11 @@ Evolution's own quorum queues are never declared (services.md).
 
 Per message: lock → inbox (channel RABBITMQ, committed) → forward to the webhook handler with
 already_saved → ack (acks go in batches, acks.py). A copy whose lock holds the done mark (the
-webhook processed the event) is acked without a database statement (locks.py). Every failure goes through
-`_retry_later`, which moves the message to a delay queue (per-queue TTL, dead-lettered back to
-the work queue: 5 s, 30 s, 3 min) and finally to a parking queue; a busy lock or a database
-outage waits in a delay queue without using a retry. Nothing is ever requeued straight back (no
-hot loop).
+webhook processed the event) is acked without a database statement (locks.py). Every failure goes
+through `_retry_later`, which moves the message to a delay queue (per-queue TTL, dead-lettered back
+to the work queue: 5 s, 30 s, 3 min) and finally to a parking queue; a busy lock or a database
+outage waits in a delay queue without using a retry. Nothing is ever requeued straight back (no hot
+loop).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import json
 import logging
 import time
 from collections import deque
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
