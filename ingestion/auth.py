@@ -6,7 +6,10 @@ Instance auth material (name, token salt, Evolution token hash) is cached per pr
   new (re-keyed) token or a newly added instance works at once;
 - an old token keeps working for at most `AUTH_CACHE_SECONDS` after a re-key (as does a deleted
   instance's; its events then find no instance in the handler and change nothing);
-- an unknown instance is never cached: it is read every time and answered 401.
+- an unknown instance name is remembered for `UNKNOWN_CACHE_SECONDS` only, so that a flood of
+  webhooks naming no instance costs Postgres one read per name and second, not one per request;
+  an instance added in this process is known at once (its save clears the entry), one added by
+  another process within that second.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from messaging.models import Instance
 
 INTERNAL_SECRET_HEADER = "HTTP_X_INTERNAL_WEBHOOK_SECRET"
 AUTH_CACHE_SECONDS = 5.0
-_CACHE_MAX = 10_000  # instances; past it the cache starts over (bounded memory)
+UNKNOWN_CACHE_SECONDS = 1.0
+_CACHE_MAX = 10_000  # names in each cache; past it that cache starts over (bounded memory)
 
 _cache: dict[str, tuple[float, Instance]] = {}
+_unknown: dict[str, float] = {}  # names read and not found, and when
 _cache_lock = threading.Lock()  # gthread workers: one writer at a time (reads need none)
 
 
@@ -43,6 +48,8 @@ def authenticate_evolution(request: HttpRequest, payload: dict[str, Any]) -> Ins
     cached = _cached(name)
     if cached is not None and _proves(request, payload, cached):
         return cached
+    if cached is None and _known_unknown(name):
+        return None
     # Not cached, or refused by a copy up to AUTH_CACHE_SECONDS old (the token may have just been
     # re-keyed): the database decides.
     instance = _read(name)
@@ -55,11 +62,13 @@ def forget_cached_instances() -> None:
     """Drop the cache (tests; an operator command could call it after a re-key)."""
     with _cache_lock:
         _cache.clear()
+        _unknown.clear()
 
 
 def on_instance_changed(sender: Any, instance: Instance, **kwargs: Any) -> None:
     with _cache_lock:
         _cache.pop(instance.name, None)
+        _unknown.pop(instance.name, None)
 
 
 def _cached(name: str) -> Instance | None:
@@ -69,12 +78,21 @@ def _cached(name: str) -> Instance | None:
     return hit[1]
 
 
+def _known_unknown(name: str) -> bool:
+    at = _unknown.get(name)
+    return at is not None and time.monotonic() - at < UNKNOWN_CACHE_SECONDS
+
+
 def _read(name: str) -> Instance | None:
     instance = Instance.objects.filter(name=name).first()
     with _cache_lock:
         if instance is None:
             _cache.pop(name, None)
+            if len(_unknown) >= _CACHE_MAX:
+                _unknown.clear()
+            _unknown[name] = time.monotonic()
         else:
+            _unknown.pop(name, None)
             if len(_cache) >= _CACHE_MAX:
                 _cache.clear()
             _cache[name] = (time.monotonic(), instance)

@@ -274,6 +274,34 @@ def test_an_unknown_instance_is_401_even_with_a_warm_cache(sent_message, alice_i
     assert IngestionEvent.objects.filter(instance_name="nobody-knows").count() == 0
 
 
+def test_an_unknown_instance_name_costs_one_read_per_second_not_one_per_request(sent_message, alice_instance,
+                                                                                monkeypatch):
+    from ingestion import auth
+
+    monkeypatch.setattr(auth, "UNKNOWN_CACHE_SECONDS", 0.3)
+    stranger = receipt("READ", instance="nobody-knows")
+    assert post(stranger, **token_header(alice_instance)).status_code == 401  # read: no such instance
+
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(3):
+            assert post(stranger, **token_header(alice_instance)).status_code == 401
+    assert queries.captured_queries == []
+
+    time.sleep(0.35)
+    with CaptureQueriesContext(connection) as queries:
+        assert post(stranger, **token_header(alice_instance)).status_code == 401
+    assert len(queries.captured_queries) == 1  # looked up again once the entry is older
+
+
+def test_an_instance_added_in_this_process_is_known_at_once(sent_message, alice, alice_instance):
+    newcomer = receipt("SERVER_ACK", instance="newcomer")
+    assert post(newcomer, HTTP_X_WEBHOOK_TOKEN="not-yet").status_code == 401  # remembered as unknown
+
+    added = add_instance(alice.project, "newcomer")  # its save clears the entry
+
+    assert post(newcomer, **token_header(added)).status_code == 200
+
+
 def test_a_copy_of_a_processed_event_costs_one_statement_once_its_done_mark_is_gone(sent_message, alice_instance):
     payload = receipt("DELIVERY_ACK")
     assert post(payload, **token_header(alice_instance)).json()["status"] == "processed"
