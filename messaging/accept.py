@@ -86,6 +86,18 @@ class AnsweredBefore(Exception):
         self.record = record
 
 
+def revoked_key() -> Rejected:
+    return Rejected(401, "unauthorized", "Unknown or revoked API key.")
+
+
+def refuse_if_revoked(api_key: ApiKey | None) -> None:
+    """401 for a key revoked since this process cached it (authentication caches keys for a few
+    seconds). A valid send learns it from the funnel's read; a refused body asks here, so that the
+    key still answers first (contract §3)."""
+    if api_key is not None and not ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).exists():
+        raise revoked_key()
+
+
 def reject(code: str, **details: Any) -> Rejected:
     status, text = _ERROR_TEXT[code]
     return Rejected(status, code, text, details)
@@ -367,7 +379,7 @@ def accept_message(
     now = timezone.now()
     facts = read_facts(project, req, idempotency_key, now, api_key)
     if not facts.key_active:  # revoked since this process cached it: the key answers first (contract §3)
-        raise Rejected(401, "unauthorized", "Unknown or revoked API key.")
+        raise revoked_key()
     if facts.answer is not None:
         raise AnsweredBefore(facts.answer)
     instance = judge(project, environment, req, facts)

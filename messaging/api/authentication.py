@@ -4,7 +4,8 @@ Each web process keeps the keys it has seen (with their project) for KEY_CACHE_S
 burst of requests with one key costs one SELECT, not one per request (issue 7, benchmark B1).
 The trade-off: a key revoked by another process (the `revoke_key` command, admin in another web
 worker) keeps working for reads for at most KEY_CACHE_SECONDS in a process that had it cached (a
-send checks the key again in the funnel's one read and refuses at once: messaging.accept), and a
+send checks the key again, in the funnel's one read or before refusing its body, and answers 401 at
+once: messaging.accept), and a
 project's `production_approved` / `test_number` change takes as long to apply. Unknown and
 revoked keys are never cached: they are looked up every time. `forget_keys()` empties the cache
 of the current process.

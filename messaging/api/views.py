@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from pilot_status.api import ClientApiView
 
 from .. import opt_ins
-from ..accept import AnsweredBefore, accept_message, find_idempotent_answer
+from ..accept import AnsweredBefore, accept_message, find_idempotent_answer, refuse_if_revoked
 from ..errors import Rejected
 from ..models import Instance, Message, OptIn
 from ..representations import iso, message_body
@@ -74,6 +74,7 @@ class SendMessageView(ClientApiView):
         except (exceptions.ParseError, exceptions.UnsupportedMediaType, exceptions.ValidationError) as exc:
             problem = exc
         if problem is not None:
+            refuse_if_revoked(self.api_key)  # the key answers before the body (contract order)
             # The Idempotency-Key answers before the payload (contract order): a used key still
             # replays or conflicts. A valid payload has it read with the funnel's facts instead.
             record = find_idempotent_answer(self.project, idempotency_key) if idempotency_key else None

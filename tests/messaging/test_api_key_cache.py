@@ -77,3 +77,17 @@ def test_a_send_refuses_a_key_revoked_by_another_process_at_once(alice, alice_in
     assert response.json()["error"]["code"] == "unauthorized"
     assert Message.objects.count() == before  # nothing stored
     assert _get(alice) == 200  # reads keep the documented few seconds of cache
+
+
+@pytest.mark.parametrize("body", [{"to": "+5511988887777"}, "not json"])
+def test_a_refused_body_with_a_key_revoked_by_another_process_answers_401_first(alice, body):
+    assert _get(alice) == 200  # cached in this process
+    ApiKey.objects.filter(project=alice.project, environment="LIVE").update(revoked_at=timezone.now())
+
+    if isinstance(body, str):
+        response = alice.client().post("/v1/messages/send", body, content_type="application/json")
+    else:
+        response = alice.client().post("/v1/messages/send", body, format="json")
+
+    assert response.status_code == 401, response.content
+    assert response.json()["error"]["code"] == "unauthorized"
