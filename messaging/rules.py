@@ -26,6 +26,22 @@ MAX_TTL = {
     Category.MARKETING: timedelta(hours=72),
 }
 
+
+
+def _span(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds()) // 60
+    return f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"
+
+
+def deliver_until_help() -> str:
+    """deliverUntil's defaults and limits per category, for the OpenAPI schema."""
+    parts = [f"{c.value} +{_span(DEFAULT_TTL[c])} (at most +{_span(MAX_TTL[c])})" for c in Category]
+    return (
+        "When to give up and fail the message EXPIRED; in the future. Default and limit by category: "
+        + ", ".join(parts) + "."
+    )
+
+
 VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
 
 

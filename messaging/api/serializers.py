@@ -120,7 +120,9 @@ class SendMessageSerializer(StrictSerializer):
     text = serializers.CharField(max_length=MAX_TEXT_LENGTH, trim_whitespace=False)
     variables = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
     instance = serializers.CharField(max_length=100, required=False, allow_null=True, default=None)
-    deliverUntil = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    deliverUntil = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text=rules.deliver_until_help()
+    )
     priority = serializers.ChoiceField(choices=Priority.values, required=False, default=Priority.NORMAL)
     metadata = serializers.DictField(required=False, default=dict)
 

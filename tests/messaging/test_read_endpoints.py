@@ -164,4 +164,7 @@ def test_the_schema_and_docs_are_served(db, client):
     send = spec["paths"]["/v1/messages/send"]["post"]
     assert {"202", "400", "401", "403", "409", "415", "422", "429"} <= set(send["responses"])
     assert "opt_in_required" in send["responses"]["422"]["description"]
+    request = spec["components"]["schemas"][send["requestBody"]["content"]["application/json"]["schema"]["$ref"].split("/")[-1]]
+    # The per-category default and limit of deliverUntil are part of the published contract.
+    assert "OTP +2 min (at most +10 min)" in request["properties"]["deliverUntil"]["description"]
     assert client.get("/v1/docs/").status_code == 200
