@@ -19,11 +19,23 @@ def delay_for(attempt: int, rng: random.Random | None = None) -> float:
     return max(1.0, raw * (1 + spread))
 
 
+# When the backoff would pass deliverUntil, one last attempt is made shortly before it: the client
+# gave us until then, so a message fails EXPIRED in deliverUntil's last seconds (contract §4: the
+# deadline passed before a send succeeded), not at the failure before. The last attempts of messages sharing a deliverUntil are spread over its
+# final LAST_CHANCE_WINDOW; as that is shorter than the shortest backoff, a failed last attempt
+# leaves too little time for another one and the message expires.
+LAST_CHANCE_MARGIN = timedelta(seconds=1)
+LAST_CHANCE_WINDOW = timedelta(seconds=BASE_SECONDS * (1 - JITTER))
+
+
 def next_attempt_at(
     attempt: int, now: datetime, deliver_until: datetime, rng: random.Random | None = None
 ) -> datetime | None:
     """When to try again, or None when no further attempt fits before deliverUntil."""
     due = now + timedelta(seconds=delay_for(attempt, rng))
-    if due >= deliver_until:
-        return None
-    return due
+    latest = deliver_until - LAST_CHANCE_MARGIN
+    if due <= latest:
+        return due
+    if latest - now < timedelta(seconds=BASE_SECONDS):
+        return None  # a last attempt was made, or there is no time for one
+    return latest - LAST_CHANCE_WINDOW * (rng or random).random()

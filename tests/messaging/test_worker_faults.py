@@ -3,6 +3,8 @@ real HTTP, on real Postgres and Redis. Time passing between attempts is made exp
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from messaging.models import Message
 from messaging.sending import worker
 from pilot_status import metrics
@@ -59,9 +61,11 @@ def test_an_otp_gets_only_the_tries_that_fit_before_deliver_until(simulator, ali
     assert result == "failed"
     assert_dead_lettered(message, "EXPIRED")
     message.refresh_from_db()
-    # 5 s, 15 s, 45 s fit in two minutes; the next 2¼ min wait does not.
-    assert 3 <= message.attempts <= 4
+    # 5 s, 15 s, 45 s fit in two minutes; the next 2¼ min wait does not, so a last attempt comes
+    # in the deadline's final seconds, and the message expires after it.
+    assert message.attempts == 5
     assert len(simulator.sends(instance=alice_instance.name)) == message.attempts
+    assert message.deliver_until - message.failed_at <= timedelta(seconds=6)
 
 
 def test_a_deleted_instance_fails_at_once_with_instance_not_found(simulator, alice, alice_instance):
