@@ -95,9 +95,11 @@ def _text_array(statuses: Iterable[str]) -> str:
     return "{" + ",".join(values) + "}"
 
 
+_DETAIL_ENCODER = MessageEvent._meta.get_field("detail").encoder  # type: ignore[union-attr]
+
+
 def _detail_json(detail: Any) -> str:
-    encoder = MessageEvent._meta.get_field("detail").encoder  # type: ignore[union-attr]
-    return json.dumps(detail, cls=encoder)
+    return json.dumps(detail, cls=_DETAIL_ENCODER)
 
 
 _CLAIM = """
