@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_prerun
+from celery.signals import task_prerun, worker_process_shutdown
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
@@ -90,6 +90,14 @@ def _drop_stale_connection(**kwargs: Any) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@worker_process_shutdown.connect
+def _send_waiting_counts(**kwargs: Any) -> None:
+    # A pool process ends with os._exit, past atexit: its last counts (pilot_status.metrics) go now.
+    from pilot_status import metrics
+
+    metrics.flush()
 
 
 app.autodiscover_tasks(["messaging", "messaging.sending", "ingestion", "dashboard"])

@@ -68,9 +68,11 @@ def envint(name: str, default: int, minimum: int | None = None) -> int:
     return number
 
 
-def envfloat(name: str, default: float, above: float | None = None, at_most: float | None = None) -> float:
-    """A number from the environment; `above` and `at_most` bound it (a rate or a timeout of 0
-    would divide by zero or never wait, so those refuse start-up instead)."""
+def envfloat(
+    name: str, default: float, above: float | None = None, at_most: float | None = None, minimum: float | None = None
+) -> float:
+    """A number from the environment; `above`, `minimum` and `at_most` bound it (a rate or a timeout
+    of 0 would divide by zero or never wait, so those refuse start-up instead)."""
     value = _raw(name)
     if value is None or value == "":
         return default
@@ -82,6 +84,8 @@ def envfloat(name: str, default: float, above: float | None = None, at_most: flo
         raise ImproperlyConfigured(f"{name} must be a finite number, got {value!r}")
     if above is not None and number <= above:
         raise ImproperlyConfigured(f"{name} must be > {above:g}, got {value}")
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name} must be >= {minimum:g}, got {value}")
     if at_most is not None and number > at_most:
         raise ImproperlyConfigured(f"{name} must be <= {at_most:g}, got {value}")
     return number
@@ -251,6 +255,10 @@ SEND_RATE_BURST = envint("SEND_RATE_BURST", 10, minimum=1)
 RELAY_LANE_DEPTH = envint("RELAY_LANE_DEPTH", 100, minimum=1)
 # How long an instance's connectionState answer is trusted (smart wait, issue 4 §3).
 INSTANCE_STATE_CACHE_SECONDS = envfloat("INSTANCE_STATE_CACHE_SECONDS", 3.0)
+
+# Counters (pilot_status.metrics) wait in their process this long and go to Redis together; 0 sends
+# each count at once.
+METRICS_FLUSH_SECONDS = envfloat("METRICS_FLUSH_SECONDS", 1.0, minimum=0, at_most=60)
 
 # Client API rate limit per key (contract §3).
 RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0, above=0)

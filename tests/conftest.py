@@ -144,6 +144,10 @@ def _clean_redis() -> None:
 
 def pytest_configure(config: Any) -> None:
     os.environ.setdefault("PILOT_STATUS_TESTS", "1")
+    # Tests read a counter right after the work it counts: this process sends each count at once.
+    # The processes a stack test starts keep the default; tests/pilot_status/test_metrics_carry.py
+    # covers the wait.
+    settings.METRICS_FLUSH_SECONDS = 0
 
 
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
