@@ -40,6 +40,7 @@ from . import rules, writes
 from .errors import Rejected
 from .prepared import prepared_cursor
 from .models import (
+    ConnectionState,
     ApiKey,
     EventKind,
     IdempotencyRecord,
@@ -323,21 +324,29 @@ def _row(obj: Model, db: Any) -> tuple[str, str, list[Any]]:
     return f"{obj._meta.db_table} ({', '.join(columns)})", ", ".join(placeholders), values
 
 
-def _write(rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime) -> bool:
+def _write(
+    rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime, guard: tuple[str, list[Any]] | None = None
+) -> bool:
     """Insert rows (and claim the Idempotency-Key first) in one statement, NOTIFY the relay.
 
     With a claim, every row depends on it: when the key is already held by a live answer (or by
     a racing request, whose commit this statement waits for), nothing is written and this returns
     False. An expired answer for the key is replaced in place (the reconciler purges the rest).
+    With a guard (an SQL condition and its parameters), nothing is written unless it holds.
     """
     db = connections[DEFAULT_DB_ALIAS]  # not the proxy: _row asks it for every column
     ctes: list[str] = []
     params: list[Any] = []
     source = ""
+    if guard is not None:
+        ctes.append(f"guard AS (SELECT 1 WHERE {guard[0]})")
+        params += guard[1]
+        source = " FROM guard"
     if claim is not None:
         target, placeholders, values = _row(claim, db)
+        rows_sql = f"SELECT {placeholders}{source}" if source else f"VALUES ({placeholders})"
         ctes.append(
-            f"claim AS (INSERT INTO {target} VALUES ({placeholders})"
+            f"claim AS (INSERT INTO {target} {rows_sql}"
             " ON CONFLICT (project_id, key) DO UPDATE SET request_hash = EXCLUDED.request_hash,"
             " status_code = EXCLUDED.status_code, response = EXCLUDED.response, created_at = EXCLUDED.created_at"
             f" WHERE {claim._meta.db_table}.created_at < %s RETURNING 1)"
@@ -356,11 +365,15 @@ def _write(rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime)
         cursor.execute(sql, [*params, OUTBOX_CHANNEL])
         written = cursor.fetchone() is not None
     if written:
-        for obj in rows:
-            # As save() would: ps:metrics:messages:* are counted from the timeline's post_save.
-            post_save.send(sender=type(obj), instance=obj, created=True, update_fields=None, raw=False,
-                           using=db.alias)
+        _sent_signals(rows)
     return written
+
+
+def _sent_signals(rows: list[Model]) -> None:
+    for obj in rows:
+        # As save() would: ps:metrics:messages:* are counted from the timeline's post_save.
+        post_save.send(sender=type(obj), instance=obj, created=True, update_fields=None, raw=False,
+                       using=DEFAULT_DB_ALIAS)
 
 
 def accept_message(
@@ -377,12 +390,39 @@ def accept_message(
     or refuses another body with 409), Rejected when a funnel check refuses.
     """
     now = timezone.now()
+    seen = _seen_candidates.get(_candidates_key(project, req))
+    if seen is not None:
+        body = _accept_on_seen(project, api_key, environment, req, idempotency_key, request_hash, now, seen)
+        if body is not None:
+            return body
     facts = read_facts(project, req, idempotency_key, now, api_key)
+    _remember(project, req, facts)
     if not facts.key_active:  # revoked since this process cached it: the key answers first (contract §3)
         raise revoked_key()
     if facts.answer is not None:
         raise AnsweredBefore(facts.answer)
     instance = judge(project, environment, req, facts)
+    rows, claim, body = _rows(project, api_key, environment, req, idempotency_key, request_hash, now, instance)
+    if not _write(rows, claim, now - IDEMPOTENCY_TTL):
+        # A racing request with the same key committed first: its answer is the answer.
+        record = find_idempotent_answer(project, idempotency_key or "", now)
+        if record is None:
+            raise RuntimeError(f"Idempotency-Key {idempotency_key!r} is held but has no live answer")
+        raise AnsweredBefore(record)
+    return body
+
+
+def _rows(
+    project: Project,
+    api_key: ApiKey | None,
+    environment: str,
+    req: SendRequest,
+    idempotency_key: str | None,
+    request_hash: str,
+    now: datetime,
+    instance: Instance,
+) -> tuple[list[Model], IdempotencyRecord | None, dict[str, Any]]:
+    """The message, its ACCEPTED line and outbox entry, the Idempotency-Key's answer, and the 202 body."""
     deliver_until = req.deliver_until or rules.deliver_until_for(req.category, now)
     message = Message(
         project=project,
@@ -422,10 +462,152 @@ def accept_message(
             project=project, key=idempotency_key, request_hash=request_hash, status_code=202, response=body,
             created_at=now,
         )
-    if not _write([message, event, entry], claim, now - IDEMPOTENCY_TTL):
-        # A racing request with the same key committed first: its answer is the answer.
-        record = find_idempotent_answer(project, idempotency_key or "", now)
-        if record is None:
-            raise RuntimeError(f"Idempotency-Key {idempotency_key!r} is held but has no live answer")
-        raise AnsweredBefore(record)
-    return body
+    return [message, event, entry], claim, body
+
+
+# ---- the one-statement accept: the funnel's read folded into the write as its guard ----------
+#
+# Most accepts repeat what an earlier one of the same project found: the key active, the
+# recipient opted in, the same best instances. This process remembers the candidate instances its
+# last read found (per project, named instance and group), judges the request on them, and writes
+# with a guard that re-checks, inside the one statement, every fact the judgement rested on: the
+# key unrevoked, the opt-in (or its absence) when the choice depends on it, and each group's best
+# instance still the same one (id, open or not, official or not, name). When the guard fails (a
+# fact changed, or the bet on the opt-in was wrong) nothing is written and the request takes the
+# two-statement path above, which decides on fresh facts and remembers them. Any refusal is
+# decided there too. tests/messaging/test_accept_fast_path.py changes each fact behind a
+# remembered choice and holds every answer to the one fresh facts give.
+
+_SEEN_LIMIT = 4096
+_seen_candidates: dict[tuple[int, str, bool], rules.InstanceCandidates] = {}
+_last_opted_in: dict[tuple[int, str], bool] = {}  # (project, category) → the last read's opt-in
+
+
+def _candidates_key(project: Project, req: SendRequest) -> tuple[int, str, bool]:
+    return project.pk, req.instance or "", not req.instance and req.category != "MARKETING"
+
+
+def _remember(project: Project, req: SendRequest, facts: FunnelFacts) -> None:
+    if len(_seen_candidates) >= _SEEN_LIMIT:
+        _seen_candidates.clear()
+        _last_opted_in.clear()
+    _seen_candidates[_candidates_key(project, req)] = facts.candidates
+    _last_opted_in[(project.pk, req.category)] = facts.opted_in
+
+
+def _plan(
+    project: Project, environment: str, req: SendRequest, seen: rules.InstanceCandidates
+) -> tuple[Instance, bool | None] | None:
+    """(instance, the opt-in it needs: True, False or None for either) as judge() would choose on
+    these candidates; None when that judgement refuses (a refusal is always decided on fresh facts).
+
+    When the choice differs with the opt-in (an OTP goes through the official number without one),
+    it bets on what the last two-statement accept of this project and category found."""
+    if rules.check_environment(project, environment, req.to):
+        return None
+    with_opt_in, code = rules.resolve_instance(req.category, req.instance, True, seen)
+    if code or with_opt_in is None:
+        return None
+    without, code = rules.resolve_instance(req.category, req.instance, False, seen)
+    if code or without is None or rules.check_opt_in(req.category, without, False):
+        return with_opt_in, True
+    if without.pk == with_opt_in.pk:
+        return with_opt_in, None
+    if _last_opted_in.get((project.pk, req.category), True):
+        return with_opt_in, True
+    return without, False
+
+
+_INSTANCE_TABLE = Instance._meta.db_table
+_OPEN = ConnectionState.OPEN.value
+
+
+def _group_guard(where: str, seen: Instance | None) -> str:
+    if seen is None:
+        return f"NOT EXISTS (SELECT 1 FROM {_INSTANCE_TABLE} WHERE {where})"
+    # One array parameter per group: with one per fact the statement passed psycopg's 50-parameter
+    # limit for caching its parsed form.
+    return (
+        f"COALESCE((SELECT ARRAY[id::text, (connection_state = '{_OPEN}')::text, is_official::text, name::text]"
+        f" = %s::text[] FROM {_INSTANCE_TABLE} WHERE {where} ORDER BY {rules.OPEN_FIRST} LIMIT 1), false)"
+    )
+
+
+def _fingerprint(instance: Instance) -> list[str]:
+    """What _group_guard compares, as Postgres writes it."""
+    return [str(instance.pk), _bool_text(instance.connection_state == _OPEN), _bool_text(instance.is_official),
+            instance.name]
+
+
+def _bool_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _guard(
+    project: Project, api_key: ApiKey | None, req: SendRequest, seen: rules.InstanceCandidates, opt_in: bool | None
+) -> tuple[str, list[Any]]:
+    conditions: list[str] = []
+    params: list[Any] = []
+    if api_key is not None:
+        conditions.append(f"EXISTS (SELECT 1 FROM {ApiKey._meta.db_table} WHERE id = %s AND revoked_at IS NULL)")
+        params.append(api_key.pk)
+    if opt_in is not None:
+        conditions.append(
+            ("" if opt_in else "NOT ") + f"EXISTS (SELECT 1 FROM {OptIn._meta.db_table}"
+            " WHERE project_id = %s AND phone = %s AND revoked_at IS NULL)"
+        )
+        params += [project.pk, req.to]
+    groups: list[tuple[str, list[Any], Instance | None]] = [
+        ("project_id = %s AND name = %s", [project.pk, req.instance], seen.own) if req.instance
+        else ("project_id = %s", [project.pk], seen.own)
+    ]
+    if _candidates_key(project, req)[2]:
+        groups += [("project_id IS NULL AND is_official", [], seen.official), ("project_id IS NULL", [], seen.shared)]
+    for where, where_params, instance in groups:
+        conditions.append(_group_guard(where, instance))
+        if instance is not None:
+            params.append(_fingerprint(instance))
+        params += where_params
+    return " AND ".join(conditions), params
+
+
+def _accept_on_seen(
+    project: Project,
+    api_key: ApiKey | None,
+    environment: str,
+    req: SendRequest,
+    idempotency_key: str | None,
+    request_hash: str,
+    now: datetime,
+    seen: rules.InstanceCandidates,
+) -> dict[str, Any] | None:
+    """The 202 body when the guarded one-statement write went through, else None."""
+    plan = _plan(project, environment, req, seen)
+    if plan is None:
+        return None
+    instance, opt_in = plan
+    rows, claim, body = _rows(project, api_key, environment, req, idempotency_key, request_hash, now, instance)
+    guard = _guard(project, api_key, req, seen, opt_in)
+    return body if _write_checking_connection(rows, claim, now - IDEMPOTENCY_TTL, guard) else None
+
+
+def _write_checking_connection(
+    rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime, guard: tuple[str, list[Any]]
+) -> bool:
+    """The guarded write as the request's first statement, doubling as its connection health check
+    (pilot_status.database). A write is not run twice blindly: when the connection turns out dead,
+    the message's id tells whether the write committed before it broke."""
+    first = True
+
+    def attempt() -> bool:
+        nonlocal first
+        if first:
+            first = False
+            return _write(rows, claim, cutoff, guard)
+        # The connection was replaced: did the dead one commit our statement before it broke?
+        if Message.objects.filter(pk=rows[0].pk).exists():
+            _sent_signals(rows)
+            return True
+        return False
+
+    return checking_connection(attempt)

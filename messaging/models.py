@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import ExpressionWrapper, F, Q
 from django.utils import timezone
 
 from .querysets import MessageQuerySet, ProjectScopedQuerySet
@@ -186,6 +186,17 @@ class Instance(models.Model):
 
     class Meta:
         ordering = ["priority", "pk"]
+        indexes = [
+            # The best instance of a group (rules.OPEN_FIRST): the accept funnel takes the first entry
+            # instead of sorting a project's instances for every message.
+            models.Index(
+                F("project"),
+                ExpressionWrapper(~Q(connection_state=ConnectionState.OPEN), output_field=models.BooleanField()),
+                F("priority"),
+                F("id"),
+                name="instance_best",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
