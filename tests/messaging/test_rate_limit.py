@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from messaging import opt_ins
@@ -60,3 +62,66 @@ def test_with_redis_down_sends_are_still_accepted_and_limited_per_process(privat
     statuses = [client.post(URL, BODY, format="json").status_code for _ in range(4)]
     assert statuses == [202, 202, 202, 429]
     assert Message.objects.count() == 3
+
+
+# ---- leases: a busy key takes its tokens a few at a time ----------------------------------
+
+@pytest.fixture
+def script_calls(monkeypatch):
+    calls = []
+    throttling._script = None
+    throttling.take_token("warm-up", 1, 1)  # registers the script
+    real = throttling._script
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("args"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(throttling, "_script", counted)
+    monkeypatch.setattr(throttling, "_leases", throttling._Leases())
+    return calls
+
+
+def fresh_key() -> str:
+    import uuid
+
+    return f"test:{uuid.uuid4().hex}"
+
+
+def test_a_busy_key_takes_its_tokens_a_few_at_a_time(script_calls):
+    key = fresh_key()
+    assert throttling.lease_size(400, 100) == 20
+    assert [throttling.take_token(key, 400, 100)[0] for _ in range(20)] == [True] * 20
+    assert len(script_calls) == 1 and script_calls[0][-1] == 20
+    assert throttling.take_token(key, 400, 100)[0]
+    assert len(script_calls) == 2
+
+
+def test_a_key_at_the_default_limit_takes_two_and_a_slow_key_one():
+    assert throttling.lease_size(50, 100) == 2
+    assert throttling.lease_size(1, 3) == 1
+    assert throttling.lease_size(10_000, 5) == 5  # never more than the burst
+
+
+def test_tokens_left_in_a_lease_are_dropped_not_saved_up(script_calls, monkeypatch):
+    monkeypatch.setattr(throttling, "LEASE_SECONDS", 0.01)
+    key = fresh_key()
+    throttling.take_token(key, 4000, 100)  # takes 20... (lease_size with 0.01 s: 40 → capped 20)
+    time.sleep(0.03)
+    throttling.take_token(key, 4000, 100)
+    assert len(script_calls) == 2  # the 19 left had expired
+
+
+def test_leases_never_let_the_shared_limit_be_exceeded(monkeypatch):
+    """Two processes (two lease holders) on one bucket: what both allow stays within burst + rate × time."""
+    key = fresh_key()
+    rate, burst = 400.0, 20
+    holders = [throttling._Leases(), throttling._Leases()]
+    allowed = 0
+    started = time.monotonic()
+    for i in range(400):
+        monkeypatch.setattr(throttling, "_leases", holders[i % 2])
+        allowed += throttling.take_token(key, rate, burst)[0]
+    elapsed = time.monotonic() - started
+    assert allowed <= burst + rate * elapsed + 1
+    assert allowed >= burst  # and the burst itself is all there
