@@ -70,7 +70,8 @@ def test_one_event_through_both_channels_at_once_is_processed_exactly_once(stack
                and simulator.stats()["webhook"]["ok"] >= 3, timeout=30, message="both channels settled")
     assert rows(key).count() == 3
     assert rows(key).filter(processed_at__isnull=True).count() == 0
-    assert counter("webhook:processed") >= 3  # one per event (an earlier test's straggler may add)
+    # one per event (an earlier test's straggler may add); a process sends its counts within a second
+    wait_until(lambda: counter("webhook:processed") >= 3, timeout=5, message="webhook:processed counted")
     message.refresh_from_db()
     assert message.status == Status.READ
     timeline = statuses(message)
@@ -104,7 +105,7 @@ def test_web_down_while_the_consumer_forwards_retries_through_the_delay_queue(st
         # then: it is saved, the forward fails and the message waits in the 5 s delay queue
         wait_until(lambda: rows(key).filter(forward_attempts__gte=1).exists(), timeout=20, message="a failed forward")
         assert rows(key).get().processed_at is None
-        assert counter("rabbitmq:forward_fail") >= 1
+        wait_until(lambda: counter("rabbitmq:forward_fail") >= 1, timeout=5, message="forward_fail counted")
     finally:
         stack.restart("web")
 
@@ -156,7 +157,7 @@ def test_a_consumer_killed_between_save_and_forward_is_finished_by_the_reconcile
     # and the unacked copy RabbitMQ gave back waits out the dead holder's lock, then is skipped
     metrics.redis().delete(LOCK_PREFIX + event.dedup_key)  # the 2-minute TTL, fast-forwarded
     wait_until(lambda: counter("rabbitmq:skipped") >= 1, timeout=30, message="the redelivered copy skipped")
-    assert counter("rabbitmq:requeued") >= 1
+    wait_until(lambda: counter("rabbitmq:requeued") >= 1, timeout=5, message="requeued counted")
     assert rows(key).count() == 1
     assert statuses(message) == ["READ"]
 
