@@ -471,8 +471,8 @@ def _rows(
 # recipient opted in, the same best instances. This process remembers the candidate instances its
 # last read found (per project, named instance and group), judges the request on them, and writes
 # with a guard that re-checks, inside the one statement, every fact the judgement rested on: the
-# key unrevoked, the opt-in (or its absence) when the choice depends on it, and each group's best
-# instance still the same one (id, open or not, official or not, name). When the guard fails (a
+# key unrevoked, the opt-in (or its absence) when the choice depends on it, and the best instance
+# of each group the choice read still the same one (id, open or not, official or not, name). When the guard fails (a
 # fact changed, or the bet on the opt-in was wrong) nothing is written and the request takes the
 # two-statement path above, which decides on fresh facts and remembers them. Any refusal is
 # decided there too. tests/messaging/test_accept_fast_path.py changes each fact behind a
@@ -495,27 +495,53 @@ def _remember(project: Project, req: SendRequest, facts: FunnelFacts) -> None:
     _last_opted_in[(project.pk, req.category)] = facts.opted_in
 
 
-def _plan(
-    project: Project, environment: str, req: SendRequest, seen: rules.InstanceCandidates
-) -> tuple[Instance, bool | None] | None:
-    """(instance, the opt-in it needs: True, False or None for either) as judge() would choose on
-    these candidates; None when that judgement refuses (a refusal is always decided on fresh facts).
+class _Reading(rules.InstanceCandidates):
+    """These candidates, noting which groups a judgement reads: the guard re-checks only those (a
+    project whose own instance is open does not fall back because a shared one changed)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _GROUPS:
+            super().__getattribute__("__dict__").setdefault("groups_read", set()).add(name)
+        return super().__getattribute__(name)
+
+    @classmethod
+    def of(cls, seen: rules.InstanceCandidates) -> _Reading:
+        return cls(seen.own, seen.official, seen.shared)
+
+    def read(self) -> set[str]:
+        return set(self.__dict__.get("groups_read", ()))
+
+
+_GROUPS = ("own", "official", "shared")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    instance: Instance
+    opt_in: bool | None  # the opt-in the choice rests on: True, False, or None when it is the same either way
+    groups: set[str]  # the candidate groups the choice rests on
+
+
+def _plan(project: Project, environment: str, req: SendRequest, seen: rules.InstanceCandidates) -> _Plan | None:
+    """The choice judge() makes on these candidates, and the facts it rests on; None when that
+    judgement refuses (a refusal is always decided on fresh facts).
 
     When the choice differs with the opt-in (an OTP goes through the official number without one),
     it bets on what the last two-statement accept of this project and category found."""
     if rules.check_environment(project, environment, req.to):
         return None
-    with_opt_in, code = rules.resolve_instance(req.category, req.instance, True, seen)
+    reading_with, reading_without = _Reading.of(seen), _Reading.of(seen)
+    with_opt_in, code = rules.resolve_instance(req.category, req.instance, True, reading_with)
     if code or with_opt_in is None:
         return None
-    without, code = rules.resolve_instance(req.category, req.instance, False, seen)
+    without, code = rules.resolve_instance(req.category, req.instance, False, reading_without)
     if code or without is None or rules.check_opt_in(req.category, without, False):
-        return with_opt_in, True
+        return _Plan(with_opt_in, True, reading_with.read())
     if without.pk == with_opt_in.pk:
-        return with_opt_in, None
+        return _Plan(with_opt_in, None, reading_with.read() | reading_without.read())
     if _last_opted_in.get((project.pk, req.category), True):
-        return with_opt_in, True
-    return without, False
+        return _Plan(with_opt_in, True, reading_with.read())
+    return _Plan(without, False, reading_without.read())
 
 
 _INSTANCE_TABLE = Instance._meta.db_table
@@ -544,8 +570,9 @@ def _bool_text(value: bool) -> str:
 
 
 def _guard(
-    project: Project, api_key: ApiKey | None, req: SendRequest, seen: rules.InstanceCandidates, opt_in: bool | None
+    project: Project, api_key: ApiKey | None, req: SendRequest, seen: rules.InstanceCandidates, plan: _Plan
 ) -> tuple[str, list[Any]]:
+    opt_in = plan.opt_in
     conditions: list[str] = []
     params: list[Any] = []
     if api_key is not None:
@@ -557,13 +584,13 @@ def _guard(
             " WHERE project_id = %s AND phone = %s AND revoked_at IS NULL)"
         )
         params += [project.pk, req.to]
-    groups: list[tuple[str, list[Any], Instance | None]] = [
-        ("project_id = %s AND name = %s", [project.pk, req.instance], seen.own) if req.instance
-        else ("project_id = %s", [project.pk], seen.own)
-    ]
-    if _candidates_key(project, req)[2]:
-        groups += [("project_id IS NULL AND is_official", [], seen.official), ("project_id IS NULL", [], seen.shared)]
-    for where, where_params, instance in groups:
+    groups: dict[str, tuple[str, list[Any], Instance | None]] = {
+        "own": ("project_id = %s AND name = %s", [project.pk, req.instance], seen.own) if req.instance
+        else ("project_id = %s", [project.pk], seen.own),
+        "official": ("project_id IS NULL AND is_official", [], seen.official),
+        "shared": ("project_id IS NULL", [], seen.shared),
+    }
+    for where, where_params, instance in (groups[name] for name in _GROUPS if name in plan.groups):
         conditions.append(_group_guard(where, instance))
         if instance is not None:
             params.append(_fingerprint(instance))
@@ -585,9 +612,8 @@ def _accept_on_seen(
     plan = _plan(project, environment, req, seen)
     if plan is None:
         return None
-    instance, opt_in = plan
-    rows, claim, body = _rows(project, api_key, environment, req, idempotency_key, request_hash, now, instance)
-    guard = _guard(project, api_key, req, seen, opt_in)
+    rows, claim, body = _rows(project, api_key, environment, req, idempotency_key, request_hash, now, plan.instance)
+    guard = _guard(project, api_key, req, seen, plan)
     return body if _write_checking_connection(rows, claim, now - IDEMPOTENCY_TTL, guard) else None
 
 

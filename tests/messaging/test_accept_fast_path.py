@@ -187,3 +187,17 @@ def test_an_otp_without_opt_in_goes_through_the_official_number_in_one_statement
     assert outcome(alice.project, key, without) == "alice-main"
     OptIn.objects.filter(project=alice.project, phone=RECIPIENT).update(revoked_at=timezone.now())
     assert outcome(alice.project, key, without) == official.name
+
+
+def test_the_guard_rechecks_only_the_groups_the_choice_read(alice, alice_instance):
+    shared = add_instance(None, "ps-shared", priority=5)
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    key = live_key(alice)
+    req = SendRequest(to=RECIPIENT, category="UTILITY", template="hi")
+    assert outcome(alice.project, key, req) == "alice-main"
+    flip(shared)  # the own instance is open: the shared one plays no part in the choice
+    with CaptureQueriesContext(connection) as queries:
+        assert outcome(alice.project, key, req) == "alice-main"
+    assert len(queries) == 1
+    flip(alice_instance)  # now it does: closed own instance → the shared fallback, on fresh facts
+    assert outcome(alice.project, key, req) == former_check_funnel(alice.project, "LIVE", req)
