@@ -248,7 +248,8 @@ def render(results: dict[str, Any]) -> str:
         f"- Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}",
         f"- Date: {m['date']}; commit `{m['commit']}`{' (with uncommitted changes)' if m['dirty'] else ''}",
         f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run {num(results.get('elapsed_s'))} s",
-        f"- Runs per figure: {results['sizes']['runs']} (B2: {results['sizes']['b2_runs']}, B5: "
+        f"- Runs per figure: {results['sizes']['runs']} (B1: {results['sizes'].get('b1_runs', results['sizes']['runs'])}, "
+        f"B2: {results['sizes']['b2_runs']}, B5: "
         f"{results['sizes']['b5_runs']}, B4: 1); figures are the median with (min–max).",
     ]
     for name, seen in results.get("disturbed", {}).items():

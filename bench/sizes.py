@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 class Sizes:
     runs: int = 2                   # repetitions of each figure (median, min, max)
     fleet: int = 60                 # project A's instances (each paced at SEND_RATE_PER_INSTANCE)
+    b1_runs: int = 4                # B1 moves most with the host's phases: more interleaved runs for its median
     b1_seconds: float = 8.0         # length of one wrk run
     b1_connections: int = 16
     b2_messages: int = 2_000        # issue 7 names 20,000: --set b2_messages=20000 (about 10 min a run here; the 15-min budget)
@@ -40,7 +41,7 @@ class Sizes:
 
 
 SMOKE = Sizes(
-    runs=1, fleet=3, b4_instances=2, b6_runs=1, b1_seconds=2, b1_connections=4, b2_messages=20, b2_runs=1, b3_backlog=20, b3_otps=5, b3_warmup_otps=2,
+    runs=1, b1_runs=1, fleet=3, b4_instances=2, b6_runs=1, b1_seconds=2, b1_connections=4, b2_messages=20, b2_runs=1, b3_backlog=20, b3_otps=5, b3_warmup_otps=2,
     b3_otp_rate=20, b4_messages=20, b4_outage_seconds=2, b4_drain_timeout=60, b5_events=20, b5_runs=1,
     b6_backlog=20, b6_b_messages=5, b6_delay_seconds=0.2, b6_timeout=30, wait_timeout=60, profile_seconds=0,
 )

@@ -55,7 +55,7 @@ def run(ctx: Context) -> dict[str, Any]:
         empty_tables()
         warm_up(ctx, body)
         with ctx.cpu() as meter:
-            for n in range(sizes.runs):
+            for n in range(sizes.b1_runs):
                 empty_tables()
                 with ctx.cpu(servers=True) as path_cpu:
                     runs["baseline"].append(
