@@ -36,11 +36,10 @@ from django.utils import timezone
 
 from pilot_status.database import checking_connection
 
-from . import rules, writes
+from . import remembered, rules, writes
 from .errors import Rejected
 from .prepared import prepared_cursor
 from .models import (
-    ConnectionState,
     ApiKey,
     EventKind,
     IdempotencyRecord,
@@ -390,13 +389,13 @@ def accept_message(
     or refuses another body with 409), Rejected when a funnel check refuses.
     """
     now = timezone.now()
-    seen = _seen_candidates.get(_candidates_key(project, req))
+    seen = remembered.candidates_seen(project, req)
     if seen is not None:
         body = _accept_on_seen(project, api_key, environment, req, idempotency_key, request_hash, now, seen)
         if body is not None:
             return body
     facts = read_facts(project, req, idempotency_key, now, api_key)
-    _remember(project, req, facts)
+    remembered.remember(project, req, facts)
     if not facts.key_active:  # revoked since this process cached it: the key answers first (contract §3)
         raise revoked_key()
     if facts.answer is not None:
@@ -465,139 +464,6 @@ def _rows(
     return [message, event, entry], claim, body
 
 
-# ---- the one-statement accept: the funnel's read folded into the write as its guard ----------
-#
-# Most accepts repeat what an earlier one of the same project found: the key active, the
-# recipient opted in, the same best instances. This process remembers the candidate instances its
-# last read found (per project, named instance and group), judges the request on them, and writes
-# with a guard that re-checks, inside the one statement, every fact the judgement rested on: the
-# key unrevoked, the opt-in (or its absence) when the choice depends on it, and the best instance
-# of each group the choice read still the same one (id, open or not, official or not, name). When the guard fails (a
-# fact changed, or the bet on the opt-in was wrong) nothing is written and the request takes the
-# two-statement path above, which decides on fresh facts and remembers them. Any refusal is
-# decided there too. tests/messaging/test_accept_fast_path.py changes each fact behind a
-# remembered choice and holds every answer to the one fresh facts give.
-
-_SEEN_LIMIT = 4096
-_seen_candidates: dict[tuple[int, str, bool], rules.InstanceCandidates] = {}
-_last_opted_in: dict[tuple[int, str], bool] = {}  # (project, category) → the last read's opt-in
-
-
-def _candidates_key(project: Project, req: SendRequest) -> tuple[int, str, bool]:
-    return project.pk, req.instance or "", not req.instance and req.category != "MARKETING"
-
-
-def _remember(project: Project, req: SendRequest, facts: FunnelFacts) -> None:
-    if len(_seen_candidates) >= _SEEN_LIMIT:
-        _seen_candidates.clear()
-        _last_opted_in.clear()
-    _seen_candidates[_candidates_key(project, req)] = facts.candidates
-    _last_opted_in[(project.pk, req.category)] = facts.opted_in
-
-
-class _Reading(rules.InstanceCandidates):
-    """These candidates, noting which groups a judgement reads: the guard re-checks only those (a
-    project whose own instance is open does not fall back because a shared one changed)."""
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in _GROUPS:
-            super().__getattribute__("__dict__").setdefault("groups_read", set()).add(name)
-        return super().__getattribute__(name)
-
-    @classmethod
-    def of(cls, seen: rules.InstanceCandidates) -> _Reading:
-        return cls(seen.own, seen.official, seen.shared)
-
-    def read(self) -> set[str]:
-        return set(self.__dict__.get("groups_read", ()))
-
-
-_GROUPS = ("own", "official", "shared")
-
-
-@dataclass(frozen=True)
-class _Plan:
-    instance: Instance
-    opt_in: bool | None  # the opt-in the choice rests on: True, False, or None when it is the same either way
-    groups: set[str]  # the candidate groups the choice rests on
-
-
-def _plan(project: Project, environment: str, req: SendRequest, seen: rules.InstanceCandidates) -> _Plan | None:
-    """The choice judge() makes on these candidates, and the facts it rests on; None when that
-    judgement refuses (a refusal is always decided on fresh facts).
-
-    When the choice differs with the opt-in (an OTP goes through the official number without one),
-    it bets on what the last two-statement accept of this project and category found."""
-    if rules.check_environment(project, environment, req.to):
-        return None
-    reading_with, reading_without = _Reading.of(seen), _Reading.of(seen)
-    with_opt_in, code = rules.resolve_instance(req.category, req.instance, True, reading_with)
-    if code or with_opt_in is None:
-        return None
-    without, code = rules.resolve_instance(req.category, req.instance, False, reading_without)
-    if code or without is None or rules.check_opt_in(req.category, without, False):
-        return _Plan(with_opt_in, True, reading_with.read())
-    if without.pk == with_opt_in.pk:
-        return _Plan(with_opt_in, None, reading_with.read() | reading_without.read())
-    if _last_opted_in.get((project.pk, req.category), True):
-        return _Plan(with_opt_in, True, reading_with.read())
-    return _Plan(without, False, reading_without.read())
-
-
-_INSTANCE_TABLE = Instance._meta.db_table
-_OPEN = ConnectionState.OPEN.value
-
-
-def _group_guard(where: str, seen: Instance | None) -> str:
-    if seen is None:
-        return f"NOT EXISTS (SELECT 1 FROM {_INSTANCE_TABLE} WHERE {where})"
-    # One array parameter per group: with one per fact the statement passed psycopg's 50-parameter
-    # limit for caching its parsed form.
-    return (
-        f"COALESCE((SELECT ARRAY[id::text, (connection_state = '{_OPEN}')::text, is_official::text, name::text]"
-        f" = %s::text[] FROM {_INSTANCE_TABLE} WHERE {where} ORDER BY {rules.OPEN_FIRST} LIMIT 1), false)"
-    )
-
-
-def _fingerprint(instance: Instance) -> list[str]:
-    """What _group_guard compares, as Postgres writes it."""
-    return [str(instance.pk), _bool_text(instance.connection_state == _OPEN), _bool_text(instance.is_official),
-            instance.name]
-
-
-def _bool_text(value: bool) -> str:
-    return "true" if value else "false"
-
-
-def _guard(
-    project: Project, api_key: ApiKey | None, req: SendRequest, seen: rules.InstanceCandidates, plan: _Plan
-) -> tuple[str, list[Any]]:
-    opt_in = plan.opt_in
-    conditions: list[str] = []
-    params: list[Any] = []
-    if api_key is not None:
-        conditions.append(f"EXISTS (SELECT 1 FROM {ApiKey._meta.db_table} WHERE id = %s AND revoked_at IS NULL)")
-        params.append(api_key.pk)
-    if opt_in is not None:
-        conditions.append(
-            ("" if opt_in else "NOT ") + f"EXISTS (SELECT 1 FROM {OptIn._meta.db_table}"
-            " WHERE project_id = %s AND phone = %s AND revoked_at IS NULL)"
-        )
-        params += [project.pk, req.to]
-    groups: dict[str, tuple[str, list[Any], Instance | None]] = {
-        "own": ("project_id = %s AND name = %s", [project.pk, req.instance], seen.own) if req.instance
-        else ("project_id = %s", [project.pk], seen.own),
-        "official": ("project_id IS NULL AND is_official", [], seen.official),
-        "shared": ("project_id IS NULL", [], seen.shared),
-    }
-    for where, where_params, instance in (groups[name] for name in _GROUPS if name in plan.groups):
-        conditions.append(_group_guard(where, instance))
-        if instance is not None:
-            params.append(_fingerprint(instance))
-        params += where_params
-    return " AND ".join(conditions), params
-
-
 def _accept_on_seen(
     project: Project,
     api_key: ApiKey | None,
@@ -608,12 +474,12 @@ def _accept_on_seen(
     now: datetime,
     seen: rules.InstanceCandidates,
 ) -> dict[str, Any] | None:
-    """The 202 body when the guarded one-statement write went through, else None."""
-    plan = _plan(project, environment, req, seen)
+    """The 202 body when the guarded one-statement write went through (messaging.remembered), else None."""
+    plan = remembered.plan(project, environment, req, seen)
     if plan is None:
         return None
     rows, claim, body = _rows(project, api_key, environment, req, idempotency_key, request_hash, now, plan.instance)
-    guard = _guard(project, api_key, req, seen, plan)
+    guard = remembered.guard(project, api_key, req, seen, plan)
     return body if _write_checking_connection(rows, claim, now - IDEMPOTENCY_TTL, guard) else None
 
 
