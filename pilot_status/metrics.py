@@ -90,7 +90,8 @@ class _Carry:
         if not pending:
             return
         try:
-            pipe = redis().pipeline(transaction=False)
+            # MULTI/EXEC: a flush that fails half-way has counted nothing, so keeping it is right.
+            pipe = redis().pipeline(transaction=True)
             send(list(pending.items()), pipe)
             pipe.execute()
         except Exception as exc:  # Redis down: kept for the next flush
