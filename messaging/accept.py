@@ -446,6 +446,9 @@ def _rows(
         kind=EventKind.ACCEPTED,
         actor=api_key.display_prefix if api_key else "",
         detail={"instance": instance.name},
+        # The message's own time, which is also when its outbox entry becomes due: a relay pass
+        # that releases it stamps DISPATCHED no earlier, so the timeline never reads DISPATCHED first.
+        created_at=now,
     )
     entry = OutboxEntry(
         message=message,

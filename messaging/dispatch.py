@@ -89,8 +89,10 @@ WITH released AS (
     UPDATE messaging_message SET dispatched_at = %(now)s WHERE id = ANY(ARRAY(SELECT message_id FROM released))
     RETURNING id
 )
+-- The line's time is never before the commit that made the entry visible (clock_timestamp()): a pass
+-- that read its clock before an accept or a resend committed still lists DISPATCHED after it.
 INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
-SELECT id, %(kind)s, '', %(detail)s::jsonb, %(now)s FROM stamped
+SELECT id, %(kind)s, '', %(detail)s::jsonb, GREATEST(%(now)s, clock_timestamp()) FROM stamped
 """
 
 
