@@ -388,45 +388,49 @@ def accept_message(
     Raises AnsweredBefore when the Idempotency-Key already has an answer (the caller replays it,
     or refuses another body with 409), Rejected when a funnel check refuses.
     """
-    now = timezone.now()
+    asked = _Accepting(project, api_key, environment, req, idempotency_key, request_hash, timezone.now())
     seen = remembered.candidates_seen(project, req)
     if seen is not None:
-        body = _accept_on_seen(project, api_key, environment, req, idempotency_key, request_hash, now, seen)
+        body = _accept_on_seen(asked, seen)
         if body is not None:
             return body
-    facts = read_facts(project, req, idempotency_key, now, api_key)
+    facts = read_facts(project, req, idempotency_key, asked.now, api_key)
     remembered.remember(project, req, facts)
     if not facts.key_active:  # revoked since this process cached it: the key answers first (contract §3)
         raise revoked_key()
     if facts.answer is not None:
         raise AnsweredBefore(facts.answer)
-    instance = judge(project, environment, req, facts)
-    rows, claim, body = _rows(project, api_key, environment, req, idempotency_key, request_hash, now, instance)
-    if not _write(rows, claim, now - IDEMPOTENCY_TTL):
+    rows, claim, body = _rows(asked, judge(project, environment, req, facts))
+    if not _write(rows, claim, asked.now - IDEMPOTENCY_TTL):
         # A racing request with the same key committed first: its answer is the answer.
-        record = find_idempotent_answer(project, idempotency_key or "", now)
+        record = find_idempotent_answer(project, idempotency_key or "", asked.now)
         if record is None:
             raise RuntimeError(f"Idempotency-Key {idempotency_key!r} is held but has no live answer")
         raise AnsweredBefore(record)
     return body
 
 
-def _rows(
-    project: Project,
-    api_key: ApiKey | None,
-    environment: str,
-    req: SendRequest,
-    idempotency_key: str | None,
-    request_hash: str,
-    now: datetime,
-    instance: Instance,
-) -> tuple[list[Model], IdempotencyRecord | None, dict[str, Any]]:
+@dataclass(frozen=True)
+class _Accepting:
+    """One send request on its way in: who asks, what, with which Idempotency-Key, and when."""
+
+    project: Project
+    api_key: ApiKey | None
+    environment: str
+    req: SendRequest
+    idempotency_key: str | None
+    request_hash: str
+    now: datetime
+
+
+def _rows(asked: _Accepting, instance: Instance) -> tuple[list[Model], IdempotencyRecord | None, dict[str, Any]]:
     """The message, its ACCEPTED line and outbox entry, the Idempotency-Key's answer, and the 202 body."""
+    project, api_key, req, now = asked.project, asked.api_key, asked.req, asked.now
     deliver_until = req.deliver_until or rules.deliver_until_for(req.category, now)
     message = Message(
         project=project,
         api_key=api_key,
-        environment=environment,
+        environment=asked.environment,
         category=req.category,
         priority=req.priority,
         to=req.to,
@@ -459,31 +463,22 @@ def _rows(
     )
     body = accepted_body(message)
     claim = None
-    if idempotency_key:
+    if asked.idempotency_key:
         claim = IdempotencyRecord(
-            project=project, key=idempotency_key, request_hash=request_hash, status_code=202, response=body,
-            created_at=now,
+            project=project, key=asked.idempotency_key, request_hash=asked.request_hash, status_code=202,
+            response=body, created_at=now,
         )
     return [message, event, entry], claim, body
 
 
-def _accept_on_seen(
-    project: Project,
-    api_key: ApiKey | None,
-    environment: str,
-    req: SendRequest,
-    idempotency_key: str | None,
-    request_hash: str,
-    now: datetime,
-    seen: rules.InstanceCandidates,
-) -> dict[str, Any] | None:
+def _accept_on_seen(asked: _Accepting, seen: rules.InstanceCandidates) -> dict[str, Any] | None:
     """The 202 body when the guarded one-statement write went through (messaging.remembered), else None."""
-    plan = remembered.plan(project, environment, req, seen)
+    plan = remembered.plan(asked.project, asked.environment, asked.req, seen)
     if plan is None:
         return None
-    rows, claim, body = _rows(project, api_key, environment, req, idempotency_key, request_hash, now, plan.instance)
-    guard = remembered.guard(project, api_key, req, seen, plan)
-    return body if _write_checking_connection(rows, claim, now - IDEMPOTENCY_TTL, guard) else None
+    rows, claim, body = _rows(asked, plan.instance)
+    guard = remembered.guard(asked.project, asked.api_key, asked.req, seen, plan)
+    return body if _write_checking_connection(rows, claim, asked.now - IDEMPOTENCY_TTL, guard) else None
 
 
 def _write_checking_connection(
