@@ -122,6 +122,7 @@ def _bool_text(value: bool) -> str:
 def guard(
     project: Project, api_key: ApiKey | None, req: SendRequest, seen: rules.InstanceCandidates, plan: Plan
 ) -> tuple[str, list[Any]]:
+    """The SQL condition (and its parameters) that holds while every fact the plan rests on still does."""
     opt_in = plan.opt_in
     conditions: list[str] = []
     params: list[Any] = []
@@ -145,4 +146,4 @@ def guard(
         if instance is not None:
             params.append(_fingerprint(instance))
         params += where_params
-    return " AND ".join(conditions), params
+    return " AND ".join(conditions) or "true", params
