@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .launcher import ROOT, BenchStack, StackConfig
+from .launcher import STARTED
+from .launcher import priorities as launcher_priorities
 from .sizes import resolve
 
 SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6")
@@ -89,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                                "stack": {"web_workers": args.web_workers, "worker_concurrency": args.worker_concurrency,
                                          "web_args": args.web_args,
                                          "webhook_args": f"{stack.config.webhook_workers} workers, "
-                                                         + " ".join(stack.config.webhook_args)},
+                                                         + " ".join(stack.config.webhook_args),
+                                         "priorities": {name: nice for name, nice in launcher_priorities(dict(os.environ)).items()
+                                                        if name in STARTED}},
                                "scenarios": {}, "errors": {}}
     # Stop the stack on SIGTERM/SIGINT too (a background job ignores SIGINT by default).
     signal.signal(signal.SIGTERM, _interrupt)

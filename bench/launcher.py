@@ -6,8 +6,9 @@ test fixture, and every process runs with bench.settings so the baseline view an
 The simulator posts its webhooks to the webhook pool and the consumer forwards there (as in `make run`);
 the client API and the bare baseline view stay on the web pool.
 Each process gets its own session so it can be stopped (and only it) by its process group.
-BENCH_NICE=name=N,... runs those processes under `nice -n N`, and BENCH_WORKER_ARGS_<LANE> adds Celery flags to
-one lane's worker (e.g. "--pool threads -c 4"): knobs to compare, e.g. for B3 (neither helped; bench/findings.md).
+Priorities are the Procfile's: every process it starts through pilot_status.priority runs here through it too, at
+BACKGROUND_NICE (default 10). BENCH_NICE=name=N,... sets chosen processes' priority instead, and
+BENCH_WORKER_ARGS_<LANE> adds Celery flags to one lane's worker (e.g. "--pool threads -c 4"): knobs to compare.
 """
 
 from __future__ import annotations
@@ -23,6 +24,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ("otp", "utility", "marketing")
+# Every process BenchStack.start starts.
+STARTED = ("simulator", "web", "webhook", "relay", "relay-otp", "consumer", *(f"worker-{lane}" for lane in LANES))
+
+
+def background_processes(procfile: Path = ROOT / "Procfile") -> set[str]:
+    """The Procfile's processes that run at the background priority, by their names here (`_` → `-`)."""
+    names = set()
+    for line in procfile.read_text().splitlines():
+        name, sep, command = line.partition(":")
+        if sep and not line.startswith("#") and "pilot_status.priority" in command:
+            names.add(name.strip().replace("_", "-"))
+    return names
+
+
+def priorities(env: dict[str, str]) -> dict[str, int]:
+    """Each process's nice: the Procfile's background ones at BACKGROUND_NICE, then BENCH_NICE's overrides."""
+    from pilot_status.priority import DEFAULT_BACKGROUND_NICE
+
+    background = int(env.get("BACKGROUND_NICE") or DEFAULT_BACKGROUND_NICE)
+    nice = {name: background for name in background_processes()}
+    nice.update({name: int(value) for name, _, value in
+                 (pair.partition("=") for pair in env.get("BENCH_NICE", "").split(",") if pair)})
+    return nice
 
 
 def free_port() -> int:
@@ -147,9 +171,9 @@ class BenchStack:
         self.processes: dict[str, Process] = {}
 
     def _process(self, name: str, kind: str, argv: list[str], ready_line: str | None = None) -> Process:
-        nice = dict(pair.split("=") for pair in os.environ.get("BENCH_NICE", "").split(",") if pair)
-        if name in nice:
-            argv = ["nice", "-n", nice[name], *argv]
+        nice = priorities(dict(os.environ)).get(name, 0)
+        if nice:
+            argv = [sys.executable, "-m", "pilot_status.priority", str(nice), *argv]
         return Process(name, kind, argv, self.env, self.config.log_dir / f"{name}.log", ready_line)
 
     def simulator(self) -> Process:
@@ -211,6 +235,7 @@ class BenchStack:
                                "relay-otp": self.relay_otp(), "consumer": self.consumer()})
         for lane in LANES:
             self.processes[f"worker-{lane}"] = self.worker(lane)
+        assert tuple(self.processes) == STARTED
         for name, process in self.processes.items():
             if name != "simulator":
                 process.start()

@@ -233,6 +233,17 @@ def _profiles(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _priorities_text(priorities: dict[str, int] | None) -> str:
+    if priorities is None:
+        return "not recorded"
+    lowered = sorted(name for name, nice in priorities.items() if nice)
+    if not lowered:
+        return "every process at normal priority"
+    levels = sorted({priorities[name] for name in lowered})
+    return (f"{', '.join(lowered)} at nice {'/'.join(map(str, levels))} (their sessions too); "
+            "web, relay-otp, worker-otp, the simulator and the servers at normal priority")
+
+
 def render(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [
@@ -243,7 +254,8 @@ def render(results: dict[str, Any]) -> str:
         f"for the client API ({results['stack']['web_workers']} workers{', ' + results['stack'].get('web_args') if results['stack'].get('web_args') else ', sync'}) and "
         f"another for Evolution's webhooks ({results['stack'].get('webhook_args') or 'as in the Procfile'}), one Celery worker per lane (prefork "
         f"-c {results['stack']['worker_concurrency']}), relay, RabbitMQ consumer, Postgres, Redis, RabbitMQ and the "
-        "Evolution simulator, all on this one machine together with the load generator.",
+        "Evolution simulator, all on this one machine together with the load generator. Priorities as in the Procfile: "
+        + _priorities_text(results["stack"].get("priorities")) + ".",
         "",
         f"- Machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}",
         f"- Date: {m['date']}; commit `{m['commit']}`{' (with uncommitted changes)' if m['dirty'] else ''}",

@@ -1,0 +1,131 @@
+"""Background processes run at a lower CPU priority, their session's included (pilot_status.priority)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pilot_status.priority import DEFAULT_BACKGROUND_NICE
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_AUTOGROUPS = Path("/proc/self/autogroup").exists()
+# Prints the process's own nice and its session's (autogroup) nice.
+SHOW = ("import os, re; from pathlib import Path; p = Path('/proc/self/autogroup');"
+        "print(os.getpriority(os.PRIO_PROCESS, 0), re.search(r'nice (-?\\d+)', p.read_text()).group(1) if p.exists() else '-')")
+# The processes that an OTP passes through, and the simulator (Evolution's stand-in, not ours to lower).
+FOREGROUND = {"web", "worker_otp", "relay_otp", "simulator"}
+
+
+def run_wrapped(*args: str, **popen: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pilot_status.priority", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=30, **popen)  # type: ignore[call-overload]
+
+
+def own_autogroup_nice() -> str:
+    match = re.search(r"nice (-?\d+)", Path("/proc/self/autogroup").read_text())
+    assert match
+    return match.group(1)
+
+
+def test_a_session_leader_lowers_itself_and_its_session():
+    done = run_wrapped("7", sys.executable, "-c", SHOW, start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    nice, session = done.stdout.split()
+    assert nice == "7"
+    assert session == ("7" if HAS_AUTOGROUPS else "-")
+
+
+@pytest.mark.skipif(not HAS_AUTOGROUPS, reason="this kernel has no autogroups")
+def test_a_process_inside_someone_elses_session_leaves_the_session_alone():
+    before = own_autogroup_nice()
+    done = run_wrapped("7", sys.executable, "-c", SHOW)  # in this test's session, which it does not lead
+    assert done.returncode == 0, done.stderr
+    nice, session = done.stdout.split()
+    assert nice == "7"
+    assert session == before == own_autogroup_nice()
+
+
+def test_it_never_raises_a_priority():
+    done = run_wrapped("3", sys.executable, "-c", SHOW, preexec_fn=lambda: os.nice(12))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "12"
+
+
+def test_zero_changes_nothing():
+    done = run_wrapped("0", sys.executable, "-c", SHOW, start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == str(os.getpriority(os.PRIO_PROCESS, 0))
+
+
+def test_the_kernels_rate_limit_on_session_changes_is_waited_out():
+    # An unprivileged user gets one autogroup change per 100 ms (EAGAIN), and honcho starts every process at once.
+    snippet = """
+import os
+from pilot_status.priority import lower
+
+class Autogroup:
+    refusals, value = 2, None
+    def exists(self):
+        return True
+    def write_text(self, text):
+        if self.refusals:
+            self.refusals -= 1
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        self.value = text
+
+group = Autogroup()
+print(lower(5, group), group.value, group.refusals)
+"""
+    done = subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                          start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "5", "0"]
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        ([], 2, "usage: python -m pilot_status.priority NICE COMMAND"),
+        (["5"], 2, "usage:"),
+        (["high", "true"], 2, "invalid literal"),
+        (["20", "true"], 2, "NICE must be 0..19, got 20"),
+        (["-1", "true"], 2, "NICE must be 0..19, got -1"),
+        (["5", "no-such-command-here"], 127, "cannot run 'no-such-command-here'"),
+    ],
+)
+def test_bad_arguments_are_refused_with_a_message(args, code, message):
+    done = run_wrapped(*args)
+    assert done.returncode == code
+    assert message in done.stderr
+
+
+def procfile() -> dict[str, str]:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    return dict(line.split(": ", 1) for line in lines if line and not line.startswith("#"))
+
+
+def test_the_procfile_runs_everything_but_the_otp_path_in_the_background():
+    wrapper = f"exec python -m pilot_status.priority ${{BACKGROUND_NICE:-{DEFAULT_BACKGROUND_NICE}}} "
+    processes = procfile()
+    assert FOREGROUND <= set(processes)
+    for name, command in processes.items():
+        if name in FOREGROUND:
+            assert "pilot_status.priority" not in command, name
+        else:
+            assert command.startswith(wrapper), name
+
+
+def test_compose_and_the_bench_give_the_same_processes_the_background_weight():
+    from bench.launcher import background_processes
+
+    background = {name.replace("_", "-") for name in procfile() if name not in FOREGROUND}
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    lowered = {name.replace("_", "-") for name, service in services.items() if service.get("cpu_shares")}
+    assert lowered == background
+    assert background_processes() == background
