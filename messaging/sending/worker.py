@@ -80,9 +80,11 @@ def send_one(message_id: str) -> str:
     instance = route.instance
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
     if outcome.kind == gateway.SENT and route.circuits_closed:
+        # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
+        done = apply_outcome(message, token, instance, outcome)
         breaker.record_successes([breaker.instance_scope(instance.name), breaker.GATEWAY])
-    else:
-        feed_breakers(instance, outcome)
+        return done
+    feed_breakers(instance, outcome)
     return apply_outcome(message, token, instance, outcome)
 
 

@@ -158,3 +158,24 @@ def test_the_gateway_circuit_opens_when_evolution_is_unreachable(alice, alice_in
 def Message_attempts(message) -> int:  # noqa: N802 - reads like the column it returns
     message.refresh_from_db()
     return message.attempts
+
+
+def test_a_send_through_closed_circuits_breaks_the_run_once_it_is_recorded_sent(simulator, alice, alice_instance, settings):
+    from messaging.sending import worker
+    from tests.messaging.sending_helpers import open_on_simulator, send
+
+    settings.BREAKER_FAILURE_RUN = 3
+    open_on_simulator(simulator, alice_instance, error_rate=1.0)
+    assert [worker.send_one(str(send(alice, "MARKETING").pk)) for _ in range(2)] == ["retry"] * 2
+
+    simulator.faults(alice_instance.name, error_rate=0.0)
+    sent = send(alice, "MARKETING")
+    assert worker.send_one(str(sent.pk)) == "sent"
+    sent.refresh_from_db()
+    assert sent.status == "SENT"
+
+    # the success reset both runs: two more failures do not open either circuit
+    simulator.faults(alice_instance.name, error_rate=1.0)
+    assert [worker.send_one(str(send(alice, "MARKETING").pk)) for _ in range(2)] == ["retry"] * 2
+    assert breaker.state_of(SCOPE) == breaker.CLOSED
+    assert breaker.state_of(breaker.GATEWAY) == breaker.CLOSED
