@@ -31,6 +31,7 @@ from django.db.models import F
 from kombu import Connection, Consumer, Exchange, Producer, Queue, binding
 from kombu.mixins import ConsumerMixin
 
+from messaging import otp_window
 from pilot_status import metrics
 
 from . import forwarding, inbox
@@ -254,6 +255,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             # the process stops within one message (honcho and Docker kill it after a few seconds).
             message.requeue()
             return
+        otp_window.wait_for_window("consumer")
         try:
             self.handle(message)
         except self.connection.connection_errors:

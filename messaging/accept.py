@@ -36,11 +36,12 @@ from django.utils import timezone
 
 from pilot_status.database import checking_connection
 
-from . import remembered, rules, writes
+from . import otp_window, remembered, rules, writes
 from .errors import Rejected
 from .prepared import prepared_cursor
 from .models import (
     ApiKey,
+    Category,
     EventKind,
     IdempotencyRecord,
     Instance,
@@ -389,6 +390,8 @@ def accept_message(
     or refuses another body with 409), Rejected when a funnel check refuses.
     """
     asked = _Accepting(project, api_key, environment, req, idempotency_key, request_hash, timezone.now())
+    if req.category == Category.OTP:
+        otp_window.open_window()  # before the write: the background quiets down while this OTP goes
     seen = remembered.candidates_seen(project, req)
     if seen is not None:
         body = _accept_on_seen(asked, seen)

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from pilot_status.celery import LANES, SEND_TASK, app
 
+from . import otp_window
 from .models import EventKind, Message, OutboxEntry
 from .sending import pacing
 
@@ -283,6 +284,8 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
             held += 1  # more may be waiting beyond what we looked at
         if not chosen:
             return Release(0, held, clock.phases)
+        if not otp_window.lane_waits(lane):
+            otp_window.open_window()
         with app.producer_or_acquire() as producer:
             for candidate in chosen:
                 app.send_task(
@@ -304,6 +307,8 @@ def release_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
     depths = lane_depths(lanes)
     total = Release(phases={"depths": time.monotonic() - started})
     for lane in lanes:
+        if otp_window.lane_waits(lane):
+            otp_window.wait_for_window(f"relay:{lane}")
         slots = min(limit, settings.RELAY_LANE_DEPTH - depths[lane])
         total += release_lane(lane, slots, now)
     return total

@@ -253,6 +253,11 @@ SEND_RATE_BURST = envint("SEND_RATE_BURST", 10, minimum=1)
 # Fair release (issue 4 §7): the relay keeps at most this many ready tasks in each lane's queue,
 # and releases them round-robin by project, so a blast cannot bury another project's messages.
 RELAY_LANE_DEPTH = envint("RELAY_LANE_DEPTH", 100, minimum=1)
+# An OTP's accept and release open a window this long in which background work (other lanes' sends,
+# webhooks, the bulk relay's passes) waits before it starts (messaging.otp_window); 0 turns it off.
+OTP_WINDOW_MS = envint("OTP_WINDOW_MS", 50, minimum=0)
+if OTP_WINDOW_MS > 1000:
+    raise ImproperlyConfigured(f"OTP_WINDOW_MS must be at most 1000 (one OTP's way to SENT), got {OTP_WINDOW_MS}")
 # How long an instance's connectionState answer is trusted (smart wait, issue 4 §3).
 INSTANCE_STATE_CACHE_SECONDS = envfloat("INSTANCE_STATE_CACHE_SECONDS", 3.0)
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from pilot_status import metrics
 from pilot_status.database import checking_connection
 
-from .. import lifecycle, writes
+from .. import lifecycle, otp_window, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
 from . import backoff, breaker, gateway, instance_state, routing
 
@@ -78,6 +78,8 @@ def send_one(message_id: str) -> str:
         return "held"
 
     instance = route.instance
+    if otp_window.lane_waits(message.lane):
+        otp_window.wait_for_window(f"send:{message.lane}")
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.

@@ -1,0 +1,135 @@
+"""The OTP window on real Redis: an OTP's accept and release open it, background work waits for it, boundedly."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django_redis import get_redis_connection
+
+from messaging import dispatch, otp_window
+from messaging.sending import worker
+from pilot_status import metrics
+from tests.messaging.sending_helpers import open_on_simulator, send
+
+YIELDED = metrics.MESSAGES + "otp_window:yielded:"
+
+
+def window_left_ms() -> int:
+    return int(get_redis_connection("default").pttl(otp_window.KEY))
+
+
+def yielded(kind: str) -> int:
+    return int(get_redis_connection("default").get(YIELDED + kind) or 0)
+
+
+def test_only_the_other_lanes_wait():
+    assert [otp_window.lane_waits(lane) for lane in ("otp", "utility", "marketing", "maintenance", "")] == [
+        False, True, True, False, False]
+
+
+def test_a_closed_window_costs_no_wait(db):
+    assert otp_window.wait_for_window("webhook") == 0.0
+    assert yielded("webhook") == 0
+
+
+def test_an_open_window_is_waited_out_and_counted(db, settings):
+    settings.OTP_WINDOW_MS = 200
+    otp_window.open_window()
+    assert 0 < window_left_ms() <= 200
+
+    started = time.monotonic()
+    waited = otp_window.wait_for_window("webhook")
+
+    assert 0 < waited <= 0.2
+    assert time.monotonic() - started >= waited
+    assert yielded("webhook") == 1
+
+
+def test_a_process_that_waited_goes_on_for_as_long_before_it_looks_again(db, settings):
+    # Heavy OTP traffic keeps the window open: the background still gets half its time.
+    settings.OTP_WINDOW_MS = 100
+    otp_window.open_window()
+    first = otp_window.wait_for_window("consumer")
+    otp_window.open_window()
+    assert otp_window.wait_for_window("consumer") == 0.0  # within the time it waited: not looked at
+    time.sleep(first)
+    otp_window.open_window()
+    assert otp_window.wait_for_window("consumer") > 0  # it looks again, and waits for the window
+    assert yielded("consumer") == 2
+
+
+def test_zero_turns_the_window_off(db, settings):
+    settings.OTP_WINDOW_MS = 0
+    otp_window.open_window()
+    assert window_left_ms() == -2  # no key
+    get_redis_connection("default").set(otp_window.KEY, b"1", px=500)
+    assert otp_window.wait_for_window("webhook") == 0.0
+
+
+def test_without_redis_nobody_waits_and_nothing_fails(db, settings):
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
+        }
+    }
+    otp_window.open_window()
+    assert otp_window.wait_for_window("webhook") == 0.0
+    started = time.monotonic()
+    otp_window.open_window()  # within the backoff: not even tried
+    assert otp_window.wait_for_window("webhook") == 0.0
+    assert time.monotonic() - started < 0.1
+
+
+@pytest.mark.parametrize("category, opens", [("OTP", True), ("UTILITY", False), ("MARKETING", False)])
+def test_accepting_an_otp_opens_the_window(alice, alice_instance, category, opens):
+    send(alice, category)
+    assert (window_left_ms() > 0) is opens
+
+
+def test_releasing_an_otp_opens_the_window_and_the_bulk_relay_waits_for_it(alice, alice_instance, settings):
+    settings.OTP_WINDOW_MS = 200
+    marketing = send(alice, "MARKETING")
+    assert window_left_ms() == -2
+    dispatch.release_due()
+    assert window_left_ms() == -2  # a marketing release opens nothing
+    assert yielded("relay:marketing") == 0
+
+    send(alice, "OTP")
+    get_redis_connection("default").delete(otp_window.KEY)  # the accept's window is gone; the release opens one
+    dispatch.release_due(lanes=("otp",))
+    assert window_left_ms() > 0
+
+    dispatch.release_due(lanes=("marketing",))
+    assert yielded("relay:marketing") == 1
+    marketing.refresh_from_db()
+    assert marketing.dispatched_at is not None
+
+
+def test_a_send_of_another_lane_waits_before_its_call_and_an_otp_never_does(simulator, alice, alice_instance, settings):
+    settings.OTP_WINDOW_MS = 200
+    open_on_simulator(simulator, alice_instance)
+    otp = send(alice, "OTP")  # opens the window
+    assert worker.send_one(str(otp.pk)) == "sent"
+    assert yielded("send:otp") == 0
+
+    utility = send(alice, "UTILITY")
+    assert worker.send_one(str(utility.pk)) == "sent"
+    assert yielded("send:utility") == 1
+
+
+def test_a_webhook_waits_for_the_window(alice, alice_instance, settings):
+    from tests.ingestion.helpers import make_message, post, receipt, token_header
+
+    settings.OTP_WINDOW_MS = 200
+    make_message(alice.project, alice_instance)
+    response = post(receipt("DELIVERY_ACK"), **token_header(alice_instance))
+    assert response.status_code == 200 and yielded("webhook") == 0
+
+    send(alice, "OTP")
+    response = post(receipt("READ"), **token_header(alice_instance))
+    assert response.status_code == 200, response.content
+    assert response.json() == {"status": "processed", "reason": "applied"}
+    assert yielded("webhook") == 1
