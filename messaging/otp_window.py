@@ -10,21 +10,19 @@ again just before its call to Evolution.
 
 Bounded on both sides: one wait lasts one window at most, and a process that has waited goes on
 without looking for as long as it waited, so that OTP traffic however heavy slows the background by
-half at most and never stops it. Redis unreachable: the window counts as closed (looked at again after
-`_REDIS_BACKOFF_SECONDS`), and opening it is skipped; an OTP never fails because of it.
+half at most and never stops it. Redis unreachable: the window counts as closed and opening it is skipped (both tried again a few seconds
+later, pilot_status.redis_backoff); an OTP never fails because of it.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 
 from django.conf import settings
 
 from pilot_status import metrics
 from pilot_status.celery import LANES
-
-log = logging.getLogger(__name__)
+from pilot_status.redis_backoff import RedisBackoff
 
 KEY = "ps:otp:window"
 OTP_LANE = "otp"
@@ -33,38 +31,32 @@ OTP_LANE = "otp"
 def lane_waits(lane: str) -> bool:
     """Every lane but the OTP's is background work."""
     return lane in LANES and lane != OTP_LANE
-_REDIS_BACKOFF_SECONDS = 5.0
-
-_redis_down_until = 0.0
+_redis = RedisBackoff("OTP window neither opened nor looked at")
 _no_look_until = 0.0  # this process waited lately: it does not look again before this (monotonic)
 
 
 def open_window() -> None:
     """An OTP is on its way: ask the background to wait for `OTP_WINDOW_MS` (renewing an open window)."""
-    global _redis_down_until
     window_ms = settings.OTP_WINDOW_MS
-    if window_ms <= 0 or time.monotonic() < _redis_down_until:
+    if window_ms <= 0 or not _redis.ready():
         return
     try:
         metrics.redis().set(KEY, b"1", px=window_ms)
     except Exception as exc:  # Redis down or slow: an OTP goes on without its window
-        _redis_down_until = time.monotonic() + _REDIS_BACKOFF_SECONDS
-        log.warning("OTP window not opened: Redis unavailable (%s)", exc.__class__.__name__)
+        _redis.failed(exc)
 
 
 def wait_for_window(kind: str) -> float:
     """Background work of this `kind` (a counter label) is about to start: wait while an OTP's window is
     open. Returns the seconds waited."""
-    global _redis_down_until, _no_look_until
+    global _no_look_until
     window_ms = settings.OTP_WINDOW_MS
-    now = time.monotonic()
-    if window_ms <= 0 or now < _no_look_until or now < _redis_down_until:
+    if window_ms <= 0 or time.monotonic() < _no_look_until or not _redis.ready():
         return 0.0
     try:
         left_ms = metrics.redis().pttl(KEY)
     except Exception as exc:
-        _redis_down_until = now + _REDIS_BACKOFF_SECONDS
-        log.warning("OTP window not looked at: Redis unavailable (%s)", exc.__class__.__name__)
+        _redis.failed(exc)
         return 0.0
     if left_ms is None or left_ms <= 0:  # -2: no window; -1 cannot happen (always set with a TTL)
         return 0.0
@@ -77,6 +69,6 @@ def wait_for_window(kind: str) -> float:
 
 def reset_local() -> None:
     """Forget this process's state (tests)."""
-    global _redis_down_until, _no_look_until
-    _redis_down_until = 0.0
+    global _no_look_until
+    _redis.reset()
     _no_look_until = 0.0

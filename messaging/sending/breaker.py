@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from pilot_status import metrics
+from pilot_status.redis_backoff import RedisBackoff
 
 log = logging.getLogger(__name__)
 
@@ -189,19 +190,16 @@ local_store = MemoryStore()
 
 
 # After Redis fails, skip it for a few seconds: each try costs a connect timeout on the send path.
-_REDIS_BACKOFF_SECONDS = 5.0
-_redis_down_until = 0.0
+_redis = RedisBackoff("circuit breaker on per-process state")
 
 
 def _call(method: str, *args: Any) -> Any:
     """Run a store operation on Redis, or on this process's memory when Redis is unreachable."""
-    global _redis_down_until
-    if time.monotonic() >= _redis_down_until:
+    if _redis.ready():
         try:
             return getattr(RedisStore(metrics.redis()), method)(*args)
         except Exception as exc:  # Redis down or slow: never block sending on it
-            _redis_down_until = time.monotonic() + _REDIS_BACKOFF_SECONDS
-            log.warning("circuit breaker on per-process state: Redis unavailable (%s)", exc.__class__.__name__)
+            _redis.failed(exc)
     return getattr(local_store, method)(*args)
 
 
@@ -291,8 +289,8 @@ def record(scope: str, result: str, now: float | None = None) -> str | None:
 
 def reset_local() -> None:
     """Forget this process's fallback state and try Redis again at once."""
-    global _redis_down_until, local_store
-    _redis_down_until = 0.0
+    global local_store
+    _redis.reset()
     local_store = MemoryStore()
 
 

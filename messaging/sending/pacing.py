@@ -10,7 +10,6 @@ per-process bucket takes over: pacing stays on, it is just no longer shared betw
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -19,8 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from pilot_status import metrics
-
-log = logging.getLogger(__name__)
+from pilot_status.redis_backoff import RedisBackoff
 
 _KEY = "ps:pacing:instance:{}"
 # One call for every instance of a relay pass: KEYS are the buckets, ARGV is `now` followed by
@@ -73,7 +71,7 @@ class _LocalBuckets:
 
 local_buckets = _LocalBuckets()
 _script: Any = None
-_redis_down_until = 0.0
+_redis = RedisBackoff("pacing on per-process buckets")
 
 
 def take(instance_id: int, want: int, instance_rate: float | None = None) -> int:
@@ -83,13 +81,13 @@ def take(instance_id: int, want: int, instance_rate: float | None = None) -> int
 
 def take_many(wants: dict[int, tuple[int, float | None]]) -> dict[int, int]:
     """`take` for several instances in one Redis round trip: {instance: (want, own rate)} → granted."""
-    global _script, _redis_down_until
+    global _script
     asked = {iid: (want, rate_for(rate)) for iid, (want, rate) in wants.items() if want > 0}
     granted = {iid: 0 for iid in wants}
     if not asked:
         return granted
     now = time.time()
-    if time.monotonic() >= _redis_down_until:
+    if _redis.ready():
         try:
             client = metrics.redis()
             if _script is None:
@@ -103,8 +101,7 @@ def take_many(wants: dict[int, tuple[int, float | None]]) -> dict[int, int]:
             granted.update({iid: int(n) for iid, n in zip(ids, answer)})
             return granted
         except Exception as exc:
-            _redis_down_until = time.monotonic() + 5.0
-            log.warning("pacing on per-process buckets: Redis unavailable (%s)", exc.__class__.__name__)
+            _redis.failed(exc)
     for iid, (want, rate) in asked.items():
         granted[iid] = local_buckets.take(iid, rate, burst_for(rate), want, now)
     return granted
@@ -112,6 +109,6 @@ def take_many(wants: dict[int, tuple[int, float | None]]) -> dict[int, int]:
 
 def reset_local() -> None:
     """Forget this process's fallback buckets and try Redis again at once."""
-    global _redis_down_until, local_buckets
-    _redis_down_until = 0.0
+    global local_buckets
+    _redis.reset()
     local_buckets = _LocalBuckets()
