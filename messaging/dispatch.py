@@ -284,7 +284,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
             held += 1  # more may be waiting beyond what we looked at
         if not chosen:
             return Release(0, held, clock.phases)
-        if not otp_window.lane_waits(lane):
+        if lane == otp_window.OTP_LANE:
             otp_window.open_window()
         with app.producer_or_acquire() as producer:
             for candidate in chosen:

@@ -31,6 +31,8 @@ OTP_LANE = "otp"
 def lane_waits(lane: str) -> bool:
     """Every lane but the OTP's is background work."""
     return lane in LANES and lane != OTP_LANE
+
+
 _redis = RedisBackoff("OTP window neither opened nor looked at")
 _no_look_until = 0.0  # this process waited lately: it does not look again before this (monotonic)
 
