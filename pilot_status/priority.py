@@ -12,7 +12,9 @@ nice only counts inside its session. honcho starts every Procfile line as a sess
 the priority that counts is the session's (`/proc/<pid>/autogroup`). It is set only when this
 process leads its session (hence `exec` in the Procfile): from an interactive shell it would
 otherwise lower the whole terminal's session. In containers or systemd units, autogroups do not
-apply; give those services a lower CPU weight instead (docker-compose.yml: `cpu_shares`).
+apply; give those services a lower CPU weight instead (docker-compose.yml: `cpu_shares`). A process
+outside any autogroup (its file is empty: a session the kernel never gave one, such as a container's
+first) is scheduled by its own nice, which is then enough.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def lower(nice: int, autogroup: Path = AUTOGROUP) -> bool:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
     if nice == 0 or os.getsid(0) != os.getpid() or not autogroup.exists():
         return False
+    if not autogroup.read_text().strip():
+        return False  # not in an autogroup: its own nice is what the scheduler weighs
     # The kernel takes one autogroup change per 100 ms from an unprivileged user (EAGAIN otherwise),
     # and honcho starts every process at once.
     for _ in range(50):
@@ -47,6 +51,10 @@ def lower(nice: int, autogroup: Path = AUTOGROUP) -> bool:
             return True
         except BlockingIOError:
             time.sleep(0.1)
+        except OSError as exc:
+            # A kernel or sandbox that refuses the change: the process still runs at its own nice.
+            print(f"pilot_status.priority: session priority left as it is ({autogroup}: {exc})", file=sys.stderr)
+            return False
     raise OSError(f"could not set {autogroup} to {nice}: the kernel kept answering EAGAIN")
 
 

@@ -3,6 +3,7 @@ project, per-instance pace, OTP independent of marketing (dispatch.release_due).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -51,6 +52,15 @@ def queue(actor, category: str, count: int, to: str | None = None) -> list[str]:
 
 def released_projects(ids: set[str]) -> Counter:
     return Counter(Message.objects.filter(pk__in=ids).values_list("project__name", flat=True))
+
+
+def wait_until_the_broker_counts(lane: str, depth: int) -> None:
+    """A publish reaches the queue after the relay's pass returns (no publisher confirms; a lost task is
+    redispatched by the reconciler), so the queue's count can lag a moment behind the release."""
+    deadline = time.monotonic() + 10
+    while dispatch.lane_depths((lane,))[lane] < depth:
+        assert time.monotonic() < deadline, f"the broker never counted {depth} tasks in {lane}"
+        time.sleep(0.02)
 
 
 def dispatched_ids() -> set[str]:
@@ -102,6 +112,7 @@ def test_each_lane_queue_stays_shallow(empty_lanes, fast_instances, settings, al
     queue(alice, "MARKETING", 25)
 
     assert dispatch.release_all_due().released == 10
+    wait_until_the_broker_counts("marketing", 10)
     assert dispatch.release_all_due().released == 0  # nobody consumed: the lane is full
     assert dispatch.lane_depths(("marketing",))["marketing"] == 10
     assert OutboxEntry.objects.filter(lane="marketing").count() == 15

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,10 @@ from pilot_status.priority import DEFAULT_BACKGROUND_NICE
 ROOT = Path(__file__).resolve().parents[2]
 HAS_AUTOGROUPS = Path("/proc/self/autogroup").exists()
 # Prints the process's own nice and its session's (autogroup) nice.
+# '-' when there is no autogroup: no such file, or an empty one (a session outside any autogroup).
 SHOW = ("import os, re; from pathlib import Path; p = Path('/proc/self/autogroup');"
-        "print(os.getpriority(os.PRIO_PROCESS, 0), re.search(r'nice (-?\\d+)', p.read_text()).group(1) if p.exists() else '-')")
+        "m = re.search(r'nice (-?\\d+)', p.read_text()) if p.exists() else None;"
+        "print(os.getpriority(os.PRIO_PROCESS, 0), m.group(1) if m else '-')")
 # The processes that an OTP passes through, and the simulator (Evolution's stand-in, not ours to lower).
 FOREGROUND = {"web", "worker_otp", "relay_otp", "simulator"}
 
@@ -27,9 +30,9 @@ def run_wrapped(*args: str, **popen: object) -> subprocess.CompletedProcess[str]
                           text=True, timeout=30, **popen)  # type: ignore[call-overload]
 
 
-def own_autogroup_nice() -> str:
-    match = re.search(r"nice (-?\d+)", Path("/proc/self/autogroup").read_text())
-    assert match
+def autogroup_nice(line: str) -> str:
+    match = re.search(r"nice (-?\d+)", line)
+    assert match, line
     return match.group(1)
 
 
@@ -43,12 +46,17 @@ def test_a_session_leader_lowers_itself_and_its_session():
 
 @pytest.mark.skipif(not HAS_AUTOGROUPS, reason="this kernel has no autogroups")
 def test_a_process_inside_someone_elses_session_leaves_the_session_alone():
-    before = own_autogroup_nice()
-    done = run_wrapped("7", sys.executable, "-c", SHOW)  # in this test's session, which it does not lead
+    # A shell leads a new session (the test runner's own may be outside any autogroup) and runs the
+    # wrapped process inside it; the session's priority is read before and after.
+    wrapped = shlex.join([sys.executable, "-m", "pilot_status.priority", "7", sys.executable, "-c", SHOW])
+    script = f"cat /proc/self/autogroup; {wrapped}; cat /proc/self/autogroup"
+    done = subprocess.run(["sh", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                          start_new_session=True)
     assert done.returncode == 0, done.stderr
-    nice, session = done.stdout.split()
+    before, inside, after = done.stdout.splitlines()
+    nice, session = inside.split()
     assert nice == "7"
-    assert session == before == own_autogroup_nice()
+    assert autogroup_nice(before) == session == autogroup_nice(after) == "0"
 
 
 def test_it_never_raises_a_priority():
@@ -63,29 +71,55 @@ def test_zero_changes_nothing():
     assert done.stdout.split()[0] == str(os.getpriority(os.PRIO_PROCESS, 0))
 
 
-def test_the_kernels_rate_limit_on_session_changes_is_waited_out():
-    # An unprivileged user gets one autogroup change per 100 ms (EAGAIN), and honcho starts every process at once.
-    snippet = """
-import os
+# A stand-in for /proc/self/autogroup, run in a session leader of its own: `lower` only touches the
+# session's priority from there. It prints what `lower` returned, what was written and the refusals left.
+FAKE_AUTOGROUP = """
 from pilot_status.priority import lower
 
 class Autogroup:
-    refusals, value = 2, None
+    value = None
+    def __init__(self, shown, refusals, refusal):
+        self.shown, self.refusals, self.refusal = shown, refusals, refusal
     def exists(self):
         return True
+    def read_text(self):
+        return self.shown
     def write_text(self, text):
         if self.refusals:
             self.refusals -= 1
-            raise BlockingIOError(11, "Resource temporarily unavailable")
+            raise self.refusal
         self.value = text
 
-group = Autogroup()
+group = Autogroup({shown!r}, {refusals}, {refusal})
 print(lower(5, group), group.value, group.refusals)
 """
-    done = subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=30,
+
+
+def run_with_fake_autogroup(shown: str, refusals: int, refusal: str) -> subprocess.CompletedProcess[str]:
+    snippet = FAKE_AUTOGROUP.format(shown=shown, refusals=refusals, refusal=refusal)
+    return subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=30,
                           start_new_session=True)
+
+
+def test_the_kernels_rate_limit_on_session_changes_is_waited_out():
+    # An unprivileged user gets one autogroup change per 100 ms (EAGAIN), and honcho starts every process at once.
+    done = run_with_fake_autogroup("/autogroup-1 nice 0\n", 2, 'BlockingIOError(11, "Resource temporarily unavailable")')
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "5", "0"]
+
+
+def test_a_session_outside_any_autogroup_is_left_to_its_own_nice():
+    # The kernel shows an empty file for a task in no autogroup (CI's runner was one); writing would mean nothing.
+    done = run_with_fake_autogroup("", 0, "None")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "None", "0"]
+
+
+def test_a_refused_session_change_still_runs_the_process_at_its_own_nice():
+    done = run_with_fake_autogroup("/autogroup-1 nice 0\n", 1, 'PermissionError(1, "Operation not permitted")')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "None", "0"]
+    assert "session priority left as it is" in done.stderr and "Operation not permitted" in done.stderr
 
 
 @pytest.mark.parametrize(
