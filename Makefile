@@ -22,7 +22,7 @@ ENV := scripts/env.sh
 TEST_ENV := scripts/env.sh --test
 ARGS ?=
 
-.PHONY: lint help install system-deps services migrate run test bench chaos stop status browser-deps
+.PHONY: lint help install system-deps services migrate run test bench chaos stop status browser-deps bench-deps
 
 help:
 	@echo "make run           install, start services, migrate, seed the demo, run the stack (honcho)"
@@ -56,6 +56,11 @@ $(STAMP): requirements.txt | $(VENV)/bin/python
 
 browser-deps:
 	@command -v chromium >/dev/null || $(SERVICES) apt-ensure chromium
+
+# wrk is the load generator issue 7 names; without it B1 falls back to Python threads, which share
+# the two cores with the stack and add their own GIL waits to every latency they measure.
+bench-deps:
+	@command -v wrk >/dev/null || $(SERVICES) apt-ensure wrk
 
 # --- services ----------------------------------------------------------------------------------
 
@@ -93,7 +98,7 @@ lint: install
 	$(TEST_ENV) $(VENV)/bin/mypy messaging ingestion pilot_status dashboard simulator
 
 # Benchmarks run with the normal durability settings (`up` without PG_FAST restores them).
-bench: migrate
+bench: migrate bench-deps
 	$(ENV) $(VENV)/bin/python -m bench $(ARGS)
 
 chaos: migrate
