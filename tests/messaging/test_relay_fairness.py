@@ -24,14 +24,15 @@ def empty_lanes(db) -> Iterator[None]:
     def purge() -> None:
         # A task the last pass published can still be on its way into its queue (see
         # wait_until_the_broker_counts): purge until the lanes stay empty.
+        dispatch.lane_depths(LANES)  # declares the queues
         for _ in range(20):
-            if not any(dispatch.lane_depths(LANES).values()):  # also declares the queues
-                time.sleep(0.05)
-                if not any(dispatch.lane_depths(LANES).values()):
-                    return
             with app.connection_for_write() as conn:
                 for lane in LANES:
                     conn.default_channel.queue_purge(lane)
+            time.sleep(0.05)
+            if not any(dispatch.lane_depths(LANES).values()):
+                return
+        raise AssertionError("the lane queues never stayed empty")
 
     purge()
     dispatch.turn_order = dispatch.TurnOrder()  # what earlier passes released says nothing here

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 from messaging import dispatch
+from tests.support.simulator import wait_until
 
 
 def wait_until_the_broker_counts(lane: str, depth: int) -> None:
     """A publish reaches its queue after the relay's pass returns (no publisher confirms; a lost task is
     redispatched by the reconciler), so the queue's count can lag a moment behind the release."""
-    deadline = time.monotonic() + 10
-    while dispatch.lane_depths((lane,))[lane] < depth:
-        assert time.monotonic() < deadline, f"the broker never counted {depth} tasks in {lane}"
-        time.sleep(0.02)
+    wait_until(lambda: dispatch.lane_depths((lane,))[lane] >= depth, timeout=10, interval=0.02,
+               message=f"the broker to count {depth} tasks in {lane}")
