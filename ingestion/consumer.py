@@ -31,7 +31,6 @@ from django.db.models import F
 from kombu import Connection, Consumer, Exchange, Producer, Queue, binding
 from kombu.mixins import ConsumerMixin
 
-from messaging import otp_window
 from pilot_status import metrics
 
 from . import forwarding, inbox
@@ -255,7 +254,6 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             # the process stops within one message (honcho and Docker kill it after a few seconds).
             message.requeue()
             return
-        otp_window.wait_for_window("consumer")
         try:
             self.handle(message)
         except self.connection.connection_errors:
@@ -272,7 +270,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             self._park(message, "not an Evolution event")
             return "parked"
         self._check_connection()
-        with event_lock(inbox.dedup_key(payload), skipped_counter="rabbitmq:skipped") as hold:
+        with event_lock(inbox.dedup_key(payload), skipped_counter="rabbitmq:skipped", yields_as="consumer") as hold:
             if hold.done:  # the webhook processed it (committed): no statement; counted by the lock
                 self.acks.add(message)
                 return "skipped"

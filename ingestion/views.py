@@ -12,7 +12,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from messaging import otp_window
 from pilot_status import metrics
 from pilot_status.errors import error_response
 
@@ -36,7 +35,6 @@ def webhook(request: HttpRequest, event_suffix: str = "") -> HttpResponse:
 
 
 def _webhook(request: HttpRequest) -> HttpResponse:
-    otp_window.wait_for_window("webhook")
     try:
         payload: Any = json.loads(request.body)
         parsed = True

@@ -4,9 +4,10 @@ Priorities (pilot_status.priority) give the OTP path our own processes' CPU firs
 Redis, RabbitMQ and Evolution serve both at the same priority, and a marketing drain keeps them busy:
 every hop of an OTP then queues behind the drain's statements and receipts (bench B3). So an OTP's
 accept, and the OTP relay's release, open a short window in Redis (`OTP_WINDOW_MS`), and a unit of
-background work that starts while it is open (a send of another lane, a webhook, a pass of the bulk
-relay, a delivery of the RabbitMQ consumer) first waits for it to close. A send of another lane looks
-again just before its call to Evolution.
+background work that starts while it is open (a send of another lane, a pass of the bulk relay, an
+event from a webhook or from the RabbitMQ consumer) first waits for it to close. A send of another lane
+looks again just before its call to Evolution; an event looks when it takes its lock, in the same
+round trip (ingestion.locks).
 
 Bounded on both sides: one wait lasts one window at most, and a process that has waited goes on
 without looking for as long as it waited, so that OTP traffic however heavy slows the background by
@@ -48,21 +49,37 @@ def open_window() -> None:
         _redis.failed(exc)
 
 
+def window_to_look_at() -> str | None:
+    """The window's Redis key when this process should look at it now; None when it should not (the
+    window is off, this process waited lately, or Redis is away)."""
+    if settings.OTP_WINDOW_MS <= 0 or time.monotonic() < _no_look_until or not _redis.ready():
+        return None
+    return KEY
+
+
 def wait_for_window(kind: str) -> float:
     """Background work of this `kind` (a counter label) is about to start: wait while an OTP's window is
     open. Returns the seconds waited."""
-    global _no_look_until
-    window_ms = settings.OTP_WINDOW_MS
-    if window_ms <= 0 or time.monotonic() < _no_look_until or not _redis.ready():
+    key = window_to_look_at()
+    if key is None:
         return 0.0
     try:
-        left_ms = metrics.redis().pttl(KEY)
+        left_ms = metrics.redis().pttl(key)
     except Exception as exc:
         _redis.failed(exc)
         return 0.0
+    return yield_to(left_ms, kind)
+
+
+def yield_to(left_ms: int | None, kind: str) -> float:
+    """Wait out a window that a look found `left_ms` from closing (PTTL's answer: ≤ 0 or None when
+    there is none), then go on without looking for as long. Returns the seconds waited.
+
+    For a look that rides on another Redis call (ingestion.locks takes an event's lock with it)."""
+    global _no_look_until
     if left_ms is None or left_ms <= 0:  # -2: no window; -1 cannot happen (always set with a TTL)
         return 0.0
-    wait = min(int(left_ms), window_ms) / 1000
+    wait = min(int(left_ms), settings.OTP_WINDOW_MS) / 1000
     time.sleep(wait)
     _no_look_until = time.monotonic() + wait
     metrics.messages(f"otp_window:yielded:{kind}")

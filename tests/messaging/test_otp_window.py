@@ -129,7 +129,37 @@ def test_a_webhook_waits_for_the_window(alice, alice_instance, settings):
     assert response.status_code == 200 and yielded("webhook") == 0
 
     send(alice, "OTP")
+    started = time.monotonic()
     response = post(receipt("READ"), **token_header(alice_instance))
+    assert time.monotonic() - started >= 0.1  # most of the OTP's 200-ms window
     assert response.status_code == 200, response.content
     assert response.json() == {"status": "processed", "reason": "applied"}
+    assert yielded("webhook") == 1
+
+
+def test_the_event_lock_looks_at_the_window_in_its_own_round_trip(db, settings):
+    from ingestion.locks import event_lock
+    from tests.ingestion.test_metrics import redis_round_trips
+
+    settings.OTP_WINDOW_MS = 200
+    with redis_round_trips() as calls, event_lock("probe-closed", "webhook:skipped", yields_as="webhook") as hold:
+        assert hold
+    assert calls == ["EVALSHA", "PIPELINE"] and yielded("webhook") == 0  # closed: the look cost nothing more
+
+    otp_window.open_window()
+    started = time.monotonic()
+    with redis_round_trips() as calls, event_lock("probe-open", "webhook:skipped", yields_as="webhook") as hold:
+        assert hold  # taken once the window closed
+    assert time.monotonic() - started >= 0.1
+    # a look, the take after the wait, the release (the suite sends its counts at once: INCRBY aside)
+    assert [c for c in calls if c != "INCRBY"] == ["EVALSHA", "EVALSHA", "PIPELINE"] and yielded("webhook") == 1
+
+    otp_window.open_window()  # it waited lately: it goes on without looking for as long
+    with event_lock("probe-again", "webhook:skipped", yields_as="webhook") as hold:
+        assert hold
+    assert yielded("webhook") == 1
+
+    otp_window.reset_local()
+    with event_lock("probe-bare", "rabbitmq:skipped") as hold:  # no `yields_as`: never looks
+        assert hold
     assert yielded("webhook") == 1
