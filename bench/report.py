@@ -138,6 +138,14 @@ def _details(results: dict[str, Any]) -> list[str]:
                 "message from its accept to READ (its send, its four events on both channels, the relay's share and "
                 "the servers'). `machine` is every busy CPU, the load generator included.",
                 {"per trivial task": first["cpu_ms_per_task"], "per message": first["cpu_ms_per_message"]})
+        if alone := b2.get("sends_alone"):
+            machine = alone["cpu_ms_per_message"].get("machine")
+            emitted = alone["receipts_emitted"]
+            out += [f"Sends alone, the send path's measured ceiling (one more run with the simulator's receipts off; "
+                    f"not a figure of issue 7, whose pipeline includes them): SENT {num(alone['sent_rate'])}/s, "
+                    f"{num(alone['ratio'], 2)}× the last baseline run, {num(machine, 1)} ms of machine CPU per message "
+                    f"(receipts emitted meanwhile: {emitted['webhook']} webhooks, {emitted['rabbitmq']} RabbitMQ "
+                    f"events).", ""]
         out += ["Peak RSS per process (sampled every 0.5 s during the first run): " +
                 ", ".join(f"{k} {num(v)} MB" for k, v in b2["peak_rss_mb"].items()), ""]
     if b3 := sc.get("B3"):

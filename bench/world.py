@@ -139,6 +139,10 @@ class Simulator:
     def reset(self) -> None:
         self._post("/_control/reset")
 
+    def reset_global(self) -> None:
+        """Back to the simulator's start-up settings (RabbitMQ mode, global webhook) as well."""
+        self._post("/_control/reset", {"global": True})
+
     def configure(self, name: str, **config: Any) -> Any:
         return self._post(f"/_control/instances/{name}", config)
 

@@ -53,8 +53,11 @@ def _progress(ids: list[str]) -> dict[str, Any]:
     )
 
 
-def pipeline(ctx: Context, count: int) -> dict[str, Any]:
-    ctx.fresh()
+def pipeline(ctx: Context, count: int, receipts: bool = True) -> dict[str, Any]:
+    """One run from the bulk accept to all SENT, then to all READ (without receipts: to all SENT only;
+    the caller has turned the simulator's webhooks and RabbitMQ events off)."""
+    if receipts:
+        ctx.fresh()
     world = ctx.world
     ids: list[str] = []
     per_lane = [count // 3 + (1 if i < count % 3 else 0) for i in range(3)]
@@ -67,8 +70,10 @@ def pipeline(ctx: Context, count: int) -> dict[str, Any]:
     t0 = time.time()
     sent_all, progress = wait_for(lambda: (p := _progress(ids))["sent"] + p["failed"] >= count and p,
                                   ctx.sizes.wait_timeout, 0.5)
-    read_all, progress = wait_for(lambda: (p := _progress(ids))["read"] + p["failed"] >= count and p,
-                                  ctx.sizes.wait_timeout, 0.5)
+    read_all = False
+    if receipts:
+        read_all, progress = wait_for(lambda: (p := _progress(ids))["read"] + p["failed"] >= count and p,
+                                      ctx.sizes.wait_timeout, 0.5)
     progress = _progress(ids)
     sim = ctx.sim.stats()
     sent_span = progress["last_sent"].timestamp() - t0 if progress["last_sent"] else float("nan")
@@ -108,6 +113,9 @@ def run(ctx: Context) -> dict[str, Any]:
             runs.append(result)
             ctx.log(f"  B2 run {n + 1}: baseline {baselines[-1]:.0f} tasks/s, SENT {result['sent_rate']:.0f}/s, "
                     f"READ {result['read_rate']:.0f}/s (sim CPU {result['simulator_cpu_share']:.0%} of one core)")
+    sends_alone = send_path_alone(ctx, count, baselines[-1])
+    ctx.log(f"  B2 sends alone (no receipts): SENT {sends_alone['sent_rate']:.0f}/s, "
+            f"{sends_alone['ratio']:.2f}x the last baseline")
     ctx.fresh()
     base = Spread.of(baselines)
     sent = Spread.of([r["sent_rate"] for r in runs])
@@ -122,11 +130,36 @@ def run(ctx: Context) -> dict[str, Any]:
         "target": {"ratio": 0.35},
         "met": ratio(sent.median, base.median) >= 0.35 and all(r["all_sent"] for r in runs),
         "runs": runs,
+        "sends_alone": sends_alone,
         "peak_rss_mb": rss,
         "rss_target_mb": {"worker": 150, "web": 120, "webhook": 120},
         # The webhook pool is a web process too (same WSGI app, another gunicorn).
         "rss_met": rss.get("worker", 0) <= 150 and max(rss.get("web", 0), rss.get("webhook", 0)) <= 120,
         "cpu": cpu_summary(meter),
+    }
+
+
+def send_path_alone(ctx: Context, count: int, baseline_rate: float) -> dict[str, Any]:
+    """The send path's own ceiling: one more run with Evolution's receipts off (no webhook, no RabbitMQ
+    event), so that only accept → relay → lane worker → sendText → SENT uses the machine. Not a figure
+    of issue 7 (receipts are part of the pipeline): the arithmetic's measured upper bound for B2."""
+    ctx.fresh()
+    ctx.sim.set_global(rabbitmq_global=False)
+    world = ctx.world
+    for instance in (world.a.instance, world.b.instance, world.official, *world.fleet):
+        ctx.sim.configure(instance.name, webhook={"enabled": False}, rabbitmq={"enabled": False})
+    try:
+        with ctx.cpu(servers=True) as cpu:
+            result = pipeline(ctx, count, receipts=False)
+    finally:
+        ctx.sim.reset_global()
+        ctx.fresh()
+    return {
+        "sent_rate": result["sent_rate"], "all_sent": result["all_sent"], "sent_s": result["sent_s"],
+        "ratio": ratio(result["sent_rate"], baseline_rate),
+        "cpu_ms_per_message": per_unit(cpu, count),
+        "receipts_emitted": {"webhook": result["simulator_webhooks"].get("posted", 0),
+                             "rabbitmq": result["simulator_rabbitmq"].get("published", 0)},
     }
 
 

@@ -45,6 +45,9 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     assert sc["B1"]["every_202_stored"] is True
     assert _is_figure(sc["B2"]["sent_rate"]["median"]) and _is_figure(sc["B2"]["baseline_tasks_per_s"]["median"])
     assert all(r["all_sent"] and r["all_read"] for r in sc["B2"]["runs"])
+    alone = sc["B2"]["sends_alone"]  # the send path's ceiling: every message SENT with no receipt emitted
+    assert alone["all_sent"] and _is_figure(alone["sent_rate"])
+    assert alone["receipts_emitted"] == {"webhook": 0, "rabbitmq": 0}
     assert set(sc["B2"]["peak_rss_mb"]) >= {"web", "worker", "relay", "consumer", "simulator"}
     assert _is_figure(sc["B3"]["idle"]["p99_ms"]["median"]) and _is_figure(sc["B3"]["backlog_run"]["p99_ms"]["median"])
     assert sc["B4"]["drained"] is True and isinstance(sc["B4"]["attempts_consumed_during_outage"], int)
@@ -54,6 +57,7 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     for row in (*SCENARIOS, "M"):
         assert f"| {row} |" in report
     assert "Smoke run" in report
+    assert "Sends alone, the send path's measured ceiling" in report
     # the stack ran with the Procfile's priorities, and the report says so
     assert results["stack"]["priorities"]["worker-marketing"] == results["stack"]["priorities"]["webhook"] > 0
     assert "worker-otp" not in results["stack"]["priorities"]
