@@ -134,7 +134,7 @@ class StackConfig:
     # The webhook pool (Procfile `webhook`); BENCH_WEBHOOK_WORKERS / BENCH_WEBHOOK_ARGS to compare others.
     webhook_workers: int = field(default_factory=lambda: int(os.environ.get("BENCH_WEBHOOK_WORKERS", "4")))
     webhook_args: list[str] = field(default_factory=lambda: os.environ.get(
-        "BENCH_WEBHOOK_ARGS", "--worker-class pilot_status.webhook_worker.QueueTimedThreadWorker --threads 4").split())
+        "BENCH_WEBHOOK_ARGS", "--worker-class gthread --threads 4").split())
     log_dir: Path = ROOT / "artifacts" / "bench-logs"
     extra_env: dict[str, str] = field(default_factory=dict)
 

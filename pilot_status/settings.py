@@ -261,11 +261,6 @@ if OTP_WINDOW_MS > 1000:
 # How long an instance's connectionState answer is trusted (smart wait, issue 4 §3).
 INSTANCE_STATE_CACHE_SECONDS = envfloat("INSTANCE_STATE_CACHE_SECONDS", 3.0)
 
-# The webhook pool answers 503 at once, without reading it, to an Evolution webhook that waited
-# longer than this for a thread (pilot_status.queue_wait says why); 0 turns shedding off. Keep it
-# well under Evolution's WEBHOOK_REQUEST_TIMEOUT_MS (30 s).
-WEBHOOK_SHED_AFTER_SECONDS = envfloat("WEBHOOK_SHED_AFTER_SECONDS", 10.0, minimum=0, at_most=25)
-
 # Counters (pilot_status.metrics) wait in their process this long and go to Redis together; 0 sends
 # each count at once.
 METRICS_FLUSH_SECONDS = envfloat("METRICS_FLUSH_SECONDS", 1.0, minimum=0, at_most=60)
