@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from messaging import rules
 from messaging.accept import SendRequest, check_funnel, notify_relay
-from messaging.models import ApiKey, EventKind, Message, MessageEvent, OutboxEntry, Priority
+from messaging.models import ApiKey, Category, EventKind, Message, MessageEvent, OutboxEntry, Priority
 
 BATCH = 2_000
 
@@ -39,12 +39,15 @@ def bulk_accept(
     now: datetime | None = None,
     enqueue: bool = True,
     instances: list[str] | None = None,
+    longest_ttl: bool = False,
 ) -> list[str]:
     """Accept `count` messages (recipients round-robin); returns their ids in creation order.
 
     enqueue=False writes the messages without outbox entries (B5 needs SENT messages, not sends).
     instances: explicit instance names (round-robin, as a client's `instance` field would ask);
     without them the funnel chooses, as it does for a request without `instance`.
+    longest_ttl: deliverUntil at the longest a client may ask for (rules.MAX_TTL) instead of the
+    category's default, for a figure that counts sends, not expiries.
     """
     requests = {to: SendRequest(to=to, category=category, template=text, variables={"n": "0"}) for to in recipients}
     chosen = {to: check_funnel(project, api_key.environment, req) for to, req in requests.items()}
@@ -54,7 +57,7 @@ def bulk_accept(
         for name in instances or []
     ]
     now = now or timezone.now()
-    deliver_until = rules.deliver_until_for(category, now)
+    deliver_until = now + rules.MAX_TTL[Category(category)] if longest_ttl else rules.deliver_until_for(category, now)
     ids: list[str] = []
     with transaction.atomic():
         for start in range(0, count, BATCH):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import sys
 
@@ -70,6 +71,17 @@ async def serve(args: argparse.Namespace) -> None:
         await runner.cleanup()
 
 
+def raise_open_files_limit() -> None:
+    """Every pending webhook holds its own socket (simulator/webhooks.py: no limit, as Evolution's
+    Node agent): a receipt storm needs thousands, more than a soft limit of 1,024 allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else max(soft, 65536), hard))
+        except (ValueError, OSError) as exc:
+            logging.getLogger("simulator").warning("open files limit stays %s: %s", soft, exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -78,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         # aiormq logs every broker outage with tracebacks; simulator.rabbitmq reports them once.
         for name in ("aiormq", "aio_pika"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+    raise_open_files_limit()
     try:
         asyncio.run(serve(args))
     except (ValueError, OSError) as exc:

@@ -44,8 +44,11 @@ class WebhookSender:
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        # limit bounds concurrent sockets to slow receivers; keep-alive reuses them.
-        connector = aiohttp.TCPConnector(limit=256, ttl_dns_cache=300)
+        # No limit on sockets, as Evolution's axios on Node's default agent: every pending event is
+        # on the wire at once, and its timeout runs from its own POST. A limit here would queue the
+        # posts inside the simulator, where their timeouts expire before the receiver sees them.
+        # Keep-alive reuses the sockets.
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         self.session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
 
     async def close(self) -> None:

@@ -153,3 +153,53 @@ def test_state_changes_emit_connection_update(sim: Simulator, receiver: Receiver
     assert connecting["data"] == sample("webhook.connection.update.connecting.json")["data"]
     assert opened["data"]["wuid"] == "5511988887777@s.whatsapp.net"
     assert list(opened["data"]) == list(sample("webhook.connection.update.open.json")["data"])
+
+
+def test_every_pending_webhook_is_on_the_wire_at_once(sim: Simulator, inst: Json) -> None:
+    """Like Evolution's axios on Node's default agent: no socket limit, so a slow receiver sees every
+    pending event at once, and each timeout runs from its own POST (none waits for a socket first)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    events = 300  # more than any connection pool's usual limit (aiohttp: 100; ours was 256)
+    state = {"in_flight": 0, "most": 0}
+    lock, release = threading.Lock(), threading.Event()
+
+    class Holding(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server API)
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with lock:
+                state["in_flight"] += 1
+                state["most"] = max(state["most"], state["in_flight"])
+                if state["in_flight"] >= events:
+                    release.set()
+            release.wait(8)
+            with lock:
+                state["in_flight"] -= 1
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = events  # the listen backlog: the receiver is not what limits here
+
+    server = Server(("127.0.0.1", 0), Holding)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sim.control("global", {"webhook_timeout_s": 10})
+        sim.instance("my-instance", webhook={"enabled": True, "url": f"http://127.0.0.1:{server.server_address[1]}/h",
+                                             "events": ["MESSAGES_UPDATE"]})
+        sim.control("emit", {"instance": "my-instance", "event": "messages.update",
+                             "batch": [{"keyId": f"K{i}", "status": "READ"} for i in range(events)]})
+        assert release.wait(8), f"at most {state['most']} of {events} webhooks were on the wire together"
+        stats = wait_for(lambda: (s := sim.stats()["webhook"])["ok"] == events and s, timeout=10)
+        assert stats["retried"] == 0
+    finally:
+        server.shutdown()
