@@ -75,9 +75,12 @@ def raise_open_files_limit() -> None:
     """Every pending webhook holds its own socket (simulator/webhooks.py: no limit, as Evolution's
     Node agent): a receipt storm needs thousands, more than a soft limit of 1,024 allows."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
+    if soft == resource.RLIM_INFINITY:
+        return
+    wanted = max(soft, 65536) if hard == resource.RLIM_INFINITY else hard
+    if soft < wanted:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else max(soft, 65536), hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (ValueError, OSError) as exc:
             logging.getLogger("simulator").warning("open files limit stays %s: %s", soft, exc)
 

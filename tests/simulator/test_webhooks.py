@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import jwt
 
@@ -158,9 +161,6 @@ def test_state_changes_emit_connection_update(sim: Simulator, receiver: Receiver
 def test_every_pending_webhook_is_on_the_wire_at_once(sim: Simulator, inst: Json) -> None:
     """Like Evolution's axios on Node's default agent: no socket limit, so a slow receiver sees every
     pending event at once, and each timeout runs from its own POST (none waits for a socket first)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     events = 300  # more than any connection pool's usual limit (aiohttp: 100; ours was 256)
     state = {"in_flight": 0, "most": 0}
     lock, release = threading.Lock(), threading.Event()
