@@ -10,9 +10,10 @@
   reconnect or the end of an outage reaches Evolution at the instance's rate cap;
 - claims the chosen rows with SKIP LOCKED (several relays may run), publishes one task per row
   and deletes the rows in the same transaction.
-If publishing fails the transaction rolls back and the rows wait for the next pass; if the relay
-dies after publishing but before committing, a task is published twice and the worker's lease
-claim turns the second into a no-op. Rows held back (depth or pace) simply stay due.
+The release commits only once the broker has confirmed every task of it (`lane_publisher`): if
+publishing fails or is not confirmed the transaction rolls back and the rows wait for the next pass;
+if the relay dies after publishing but before committing, a task is published twice and the worker's
+lease claim turns the second into a no-op. Rows held back (depth or pace) simply stay due.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from pilot_status.celery import LANES, SEND_TASK, app
+from pilot_status.celery import LANES, app
 
 from . import otp_window
+from .lane_publisher import LanePublisher
 from .models import EventKind, Message, OutboxEntry
 from .sending import pacing
 
@@ -161,6 +163,17 @@ class TurnOrder:
 turn_order = TurnOrder()
 
 
+_publisher: LanePublisher | None = None
+
+
+def lane_publisher() -> LanePublisher:
+    """This process's confirm-mode publisher (one connection, kept across passes)."""
+    global _publisher
+    if _publisher is None:
+        _publisher = LanePublisher(settings.RELAY_CONFIRM_TIMEOUT_SECONDS)
+    return _publisher
+
+
 # Lanes whose queue (with its exchange and binding: three round trips) this process has declared.
 # A relay pass only needs the depth, one passive declare; every OTP costs two passes.
 _declared: set[str] = set()
@@ -286,11 +299,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
             return Release(0, held, clock.phases)
         if lane == otp_window.OTP_LANE:
             otp_window.open_window()
-        with app.producer_or_acquire() as producer:
-            for candidate in chosen:
-                app.send_task(
-                    SEND_TASK, args=[candidate.message_id], queue=lane, routing_key=lane, producer=producer
-                )
+        lane_publisher().publish(lane, (candidate.message_id for candidate in chosen))
         clock.mark("publish")
         with connection.cursor() as cursor:
             cursor.execute(_RELEASED, {"ids": [c.pk for c in chosen], "now": now, "kind": EventKind.DISPATCHED,

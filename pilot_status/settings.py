@@ -232,6 +232,9 @@ SEND_MAX_ATTEMPTS = envint("SEND_MAX_ATTEMPTS", 10, minimum=1)
 SEND_LEASE_SECONDS = envint("SEND_LEASE_SECONDS", 60, minimum=5)
 RELAY_BATCH_SIZE = envint("RELAY_BATCH_SIZE", 200, minimum=1)
 RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0, above=0)
+# A release commits only once RabbitMQ has confirmed every task of it; a broker that has not within
+# this many seconds (a memory or disk alarm blocks publishers) fails the pass, and its rows stay due.
+RELAY_CONFIRM_TIMEOUT_SECONDS = envfloat("RELAY_CONFIRM_TIMEOUT_SECONDS", 10.0, above=0)
 # Messages SENT/SERVER_ACK for longer than this without DELIVERY_ACK are checked with Evolution.
 STATUS_SYNC_AFTER_SECONDS = envint("STATUS_SYNC_AFTER_SECONDS", 120, minimum=1)
 # Circuit breaker (issue 4 §5), one per instance and one for the whole gateway.
