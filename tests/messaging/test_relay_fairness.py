@@ -21,8 +21,8 @@ from tests.conftest import add_instance
 @pytest.fixture
 def empty_lanes(db) -> Iterator[None]:
     def purge() -> None:
-        # Purge until the lanes stay empty: a task a relay process of an earlier test published
-        # without confirms (or a worker's redelivery) can still be on its way into its queue.
+        # Purge until the lanes stay empty: a task an earlier test's worker held unacked goes back
+        # to its queue when that worker's connection closes, which can be just after a purge.
         dispatch.lane_depths(LANES)  # declares the queues
         for _ in range(20):
             with app.connection_for_write() as conn:
