@@ -83,6 +83,8 @@ _pilot_env() {
     _pilot_default INTERNAL_WEBHOOK_SECRET "dev-internal-secret-change-me"
     _pilot_default SECRET_KEY "dev-secret-key-change-me-in-production-0123456789"
     _pilot_default PORT "8000"
+    # The client API's sync workers (Procfile `web`): one per core, since its requests are CPU-bound.
+    _pilot_default WEB_CONCURRENCY "$(nproc 2>/dev/null || echo 2)"
     # The webhook pool (Procfile `webhook`): Evolution's events and our own forwards, kept off
     # the client API's workers. PORT+1 is never one honcho hands out (it steps by 100).
     _pilot_default WEBHOOK_PORT "$((PORT + 1))"
@@ -114,7 +116,7 @@ fi
 if [ $# -eq 0 ]; then
     for _v in DATABASE_URL REDIS_URL CELERY_BROKER_URL EVOLUTION_API_URL EVOLUTION_API_KEY \
         EVOLUTION_RABBITMQ_URL EVOLUTION_RABBITMQ_EXCHANGE INTERNAL_WEBHOOK_SECRET SECRET_KEY \
-        PORT WEBHOOK_PORT INTERNAL_WEBHOOK_URL DEBUG; do
+        PORT WEB_CONCURRENCY WEBHOOK_PORT INTERNAL_WEBHOOK_URL DEBUG; do
         printf '%s=%s\n' "$_v" "${!_v}"
     done
     exit 0
