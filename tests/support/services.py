@@ -1,4 +1,4 @@
-"""Really stop and start the shared servers (scripts/services.sh), for fault tests."""
+"""Really stop and start the shared servers, or put RabbitMQ into a fault (scripts/services.sh), for fault tests."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .processes import ROOT
+from .simulator import wait_until
 
 
 def service(action: str, name: str) -> None:
@@ -46,8 +47,6 @@ def _memory_alarm_on() -> bool:
 @contextmanager
 def memory_alarm() -> Iterator[None]:
     """RabbitMQ's memory alarm for the block: the broker stops reading from every publishing connection."""
-    from .simulator import wait_until
-
     try:
         rabbitmqctl("set_vm_memory_high_watermark", "0")
         wait_until(_memory_alarm_on, timeout=30, interval=0.2, message="RabbitMQ's memory alarm")
