@@ -8,7 +8,8 @@ from typing import Any
 from django.utils import timezone
 
 from messaging import opt_ins
-from messaging.models import DeadLetter, Message
+from messaging.accept import SendRequest, accept_message
+from messaging.models import DeadLetter, Environment, Message
 
 RECIPIENT = "+5511988887777"
 
@@ -53,3 +54,13 @@ def open_on_simulator(simulator: Any, *instances: Any, **faults: Any) -> None:
 
 def sends_ok(simulator: Any, instance: str) -> list[dict[str, Any]]:
     return [s for s in simulator.sends(instance=instance) if s.get("id")]
+
+
+def queue(actor: Any, category: str, count: int, to: str | None = None) -> list[str]:
+    """Accept `count` messages through the accept funnel (no HTTP: the rate limit is not under test)."""
+    phone = to or actor.project.test_number
+    opt_ins.record(actor.project, phone, "form")
+    return [
+        accept_message(actor.project, None, Environment.LIVE, SendRequest(phone, category, f"hi {i}"))["id"]
+        for i in range(count)
+    ]

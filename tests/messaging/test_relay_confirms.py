@@ -17,7 +17,7 @@ from messaging.lane_publisher import LanePublisher, PublishNotConfirmed
 from messaging.models import EventKind, MessageEvent, OutboxEntry
 from pilot_status.celery import app
 from tests.conftest import add_instance
-from tests.messaging.test_relay_fairness import empty_lanes, fast_instances, queue  # noqa: F401  (fixtures)
+from tests.messaging.sending_helpers import queue
 from tests.support.services import close_broker_connection, memory_alarm, queue_policy
 
 

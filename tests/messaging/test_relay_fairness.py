@@ -3,58 +3,17 @@ project, per-instance pace, OTP independent of marketing (dispatch.release_due).
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 
-import pytest
 from django.utils import timezone
 
 from messaging import dispatch
 from messaging.accept import SendRequest, accept_message
 from messaging.models import Environment, Message, OutboxEntry
-from pilot_status.celery import LANES, app
+from pilot_status.celery import app
 from tests.conftest import add_instance
-
-
-@pytest.fixture
-def empty_lanes(db) -> Iterator[None]:
-    def purge() -> None:
-        # Purge until the lanes stay empty: a task an earlier test's worker held unacked goes back
-        # to its queue when that worker's connection closes, which can be just after a purge.
-        dispatch.lane_depths(LANES)  # declares the queues
-        for _ in range(20):
-            with app.connection_for_write() as conn:
-                for lane in LANES:
-                    conn.default_channel.queue_purge(lane)
-            time.sleep(0.05)
-            if not any(dispatch.lane_depths(LANES).values()):
-                return
-        raise AssertionError("the lane queues never stayed empty")
-
-    purge()
-    dispatch.turn_order = dispatch.TurnOrder()  # what earlier passes released says nothing here
-    yield
-    purge()
-
-
-@pytest.fixture
-def fast_instances(settings):
-    settings.SEND_RATE_PER_INSTANCE = 10_000
-    settings.SEND_RATE_BURST = 10_000
-
-
-def queue(actor, category: str, count: int, to: str | None = None) -> list[str]:
-    """Accept `count` messages through the accept funnel (no HTTP: the rate limit is not under test)."""
-    from messaging import opt_ins
-
-    phone = to or actor.project.test_number
-    opt_ins.record(actor.project, phone, "form")
-    return [
-        accept_message(actor.project, None, Environment.LIVE, SendRequest(phone, category, f"hi {i}"))["id"]
-        for i in range(count)
-    ]
+from tests.messaging.sending_helpers import queue
 
 
 def released_projects(ids: set[str]) -> Counter:
