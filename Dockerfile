@@ -24,4 +24,4 @@ RUN useradd --system --uid 10001 --home-dir /app app \
 USER app
 
 EXPOSE 8000
-CMD ["sh", "-c", "exec gunicorn pilot_status.wsgi:application -b 0.0.0.0:${PORT} -w ${WEB_CONCURRENCY:-4} --timeout 30 --graceful-timeout 20 --keep-alive 5 --access-logfile -"]
+CMD ["sh", "-c", "exec gunicorn pilot_status.wsgi:application -b 0.0.0.0:${PORT} -w ${WEB_CONCURRENCY:-$(nproc)} --timeout 30 --graceful-timeout 20 --keep-alive 5 --access-logfile -"]

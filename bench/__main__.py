@@ -39,9 +39,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="only render --out from the results JSON")
     p.add_argument("--keep", action="store_true",
                    help="keep the scenarios (and profiles) of the previous results JSON that this run does not redo")
-    # As the Procfile's web: WEB_CONCURRENCY (default 4).
+    # As the Procfile's web: WEB_CONCURRENCY (scripts/env.sh: one per core).
     p.add_argument("--web-workers", type=int, default=int(os.environ.get("BENCH_WEB_WORKERS")
-                                                          or os.environ.get("WEB_CONCURRENCY") or 4))
+                                                          or os.environ.get("WEB_CONCURRENCY") or len(os.sched_getaffinity(0))))
     p.add_argument("--web-args", default=os.environ.get("BENCH_WEB_ARGS", ""),
                    help='extra gunicorn flags, e.g. "--worker-class gthread --threads 4"')
     p.add_argument("--worker-concurrency", type=int, default=int(os.environ.get("BENCH_WORKER_CONCURRENCY", "2")))

@@ -127,7 +127,7 @@ class Process:
 @dataclass
 class StackConfig:
     database_url: str
-    web_workers: int = 4  # __main__ passes WEB_CONCURRENCY, as the Procfile
+    web_workers: int = 2  # __main__ passes WEB_CONCURRENCY (one per core), as the Procfile
     worker_concurrency: int = 2
     worker_log_level: str = "info"
     web_args: list[str] = field(default_factory=list)  # extra gunicorn flags, e.g. a worker class to compare

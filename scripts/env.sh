@@ -83,8 +83,8 @@ _pilot_env() {
     _pilot_default INTERNAL_WEBHOOK_SECRET "dev-internal-secret-change-me"
     _pilot_default SECRET_KEY "dev-secret-key-change-me-in-production-0123456789"
     _pilot_default PORT "8000"
-    # The client API's sync workers (Procfile `web`, which says why 4).
-    _pilot_default WEB_CONCURRENCY "4"
+    # The client API's sync workers (Procfile `web`): one per core, since its requests are CPU-bound.
+    _pilot_default WEB_CONCURRENCY "$(nproc 2>/dev/null || echo 2)"
     # The webhook pool (Procfile `webhook`): Evolution's events and our own forwards, kept off
     # the client API's workers. PORT+1 is never one honcho hands out (it steps by 100).
     _pilot_default WEBHOOK_PORT "$((PORT + 1))"

@@ -1,5 +1,5 @@
-"""The client API's pool size comes from one place, WEB_CONCURRENCY (default 4 sync workers), wherever the
-web process is started: `make run`, the image, compose and the bench."""
+"""The client API's pool size comes from one place, WEB_CONCURRENCY (one sync worker per core by default),
+wherever the web process is started: `make run`, the image, compose and the bench."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from tests.support.processes import ROOT
 
 
 def test_every_way_of_starting_web_sizes_it_by_web_concurrency():
-    assert " -w ${WEB_CONCURRENCY:-4} " in procfile()["web"]
-    assert " -w ${WEB_CONCURRENCY:-4} " in (ROOT / "Dockerfile").read_text()
+    assert " -w ${WEB_CONCURRENCY:-2} " in procfile()["web"]
+    assert " -w ${WEB_CONCURRENCY:-$(nproc)} " in (ROOT / "Dockerfile").read_text()
     web = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["web"]
-    assert " -w $${WEB_CONCURRENCY:-4} " in web["command"][-1]
+    assert " -w $${WEB_CONCURRENCY:-$$(nproc)} " in web["command"][-1]
 
 
-def test_the_default_is_four_workers():
+def test_the_default_is_one_worker_per_core():
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
     shown = subprocess.run(["bash", str(ROOT / "scripts" / "env.sh"), "--test"], env=env, capture_output=True, text=True,
                            check=True, cwd=ROOT).stdout
-    assert "WEB_CONCURRENCY=4" in shown.splitlines()
+    assert f"WEB_CONCURRENCY={len(os.sched_getaffinity(0))}" in shown.splitlines()  # as nproc counts
 
 
 def test_the_bench_runs_web_as_the_procfile_does(monkeypatch):
