@@ -7,6 +7,7 @@ run finds nothing to claim) and returns what it did, so tests call it directly.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from datetime import timedelta
 
@@ -18,7 +19,7 @@ from pilot_status.database import checking_connection
 
 from .. import lifecycle, otp_window, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
-from . import backoff, breaker, gateway, instance_state, routing
+from . import backoff, breaker, gateway, instance_state, pacing, routing
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ def send_one(message_id: str) -> str:
     instance = route.instance
     if otp_window.lane_waits(message.lane):
         otp_window.wait_for_window(f"send:{message.lane}")
+    if not take_send_slot(message, token, instance):
+        return "held"
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
@@ -88,6 +91,22 @@ def send_one(message_id: str) -> str:
         return done
     feed_breakers(instance, outcome)
     return apply_outcome(message, token, instance, outcome)
+
+
+def take_send_slot(message: Message, token: uuid.UUID, instance: Instance) -> bool:
+    """Wait for the instance's next send slot (sending.pacing); False when it is too far away and the
+    message went back to Postgres, due at that slot, with no attempt used."""
+    wait = pacing.send_slot(instance.pk, instance.send_rate_per_second)
+    if wait < 0:
+        metrics.messages(f"held:paced:{message.lane}")
+        lifecycle.requeue(
+            message, token, min(timezone.now() + timedelta(seconds=-wait), message.deliver_until), EventKind.WAITING,
+            detail={"why": "instance send rate", "instance": instance.name, "waitSeconds": round(-wait, 3)},
+        )
+        return False
+    if wait:
+        time.sleep(wait)
+    return True
 
 
 def feed_breakers(instance: Instance, outcome: gateway.Outcome) -> None:

@@ -10,7 +10,7 @@ from datetime import timedelta
 import requests
 from django.utils import timezone
 
-from messaging import opt_ins, reconciler
+from messaging import dispatch, opt_ins, reconciler
 from messaging.accept import SendRequest, accept_message
 from messaging.models import Environment, Message
 from messaging.sending import pacing
@@ -37,6 +37,14 @@ def status_of(message_id: str) -> str:
 
 def sent_ids(simulator, instance: str) -> list[dict]:
     return [s for s in simulator.sends(instance=instance) if s.get("id")]
+
+
+def assert_paced(stamps: list[float], rate: float) -> None:
+    """Measured at Evolution: n sends never come faster than the bucket allows (burst, then the rate)."""
+    burst = pacing.burst_for(rate)
+    for i in range(len(stamps)):
+        for j in range(i + burst, len(stamps)):
+            assert stamps[j] - stamps[i] >= (j - i - burst) / rate - 0.05, (i, j, stamps)
 
 
 def test_the_same_task_delivered_twenty_times_sends_once(stack, simulator, alice, alice_instance):
@@ -100,17 +108,37 @@ def test_a_reconnect_releases_the_backlog_at_the_instance_pace(stack, simulator,
 
     wait_until(lambda: len(sent_ids(simulator, alice_instance.name)) >= 16, timeout=60, message="backlog sent")
     assert len(sent_ids(simulator, alice_instance.name)) == 16
-    stamps = sorted(s["at"] for s in sent_ids(simulator, alice_instance.name))
-    burst = pacing.burst_for(rate)
-    # Measured at Evolution: n sends never come faster than the bucket allows (burst, then the rate).
-    for i in range(len(stamps)):
-        for j in range(i + burst, len(stamps)):
-            assert stamps[j] - stamps[i] >= (j - i - burst) / rate - 0.05, (i, j, stamps)
+    assert_paced(sorted(s["at"] for s in sent_ids(simulator, alice_instance.name)), rate)
     # The simulator records a send before the worker commits it: wait for the last commits.
     wait_until(lambda: not Message.objects.filter(pk__in=ids, status__in=["QUEUED", "SENDING"]).exists(),
                timeout=30, message="every send recorded")
     for message in Message.objects.filter(pk__in=ids):
         assert message.attempts == 1
+
+
+def test_a_backlog_that_waited_in_the_lane_queue_still_reaches_evolution_at_the_pace(stack, simulator, alice,
+                                                                                     alice_instance):
+    # given: the relay released a paced backlog while the lane's worker was away (bench B4 saw the
+    # workers catch up on such a queue faster than the cap)
+    rate = 4.0
+    alice_instance.send_rate_per_second = rate
+    alice_instance.save()
+    simulator.register(alice_instance, stack.webhook_url)
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    stack.processes["worker-utility"].stop()
+    ids = [api_send(stack, alice, text=f"queued {i}") for i in range(16)]
+    wait_until(lambda: dispatch.lane_depths(("utility",))["utility"] == 16, timeout=30,
+               message="the relay released all 16 into the lane queue")
+
+    # when: the worker comes back to a full queue
+    stack.restart("worker-utility")
+
+    # then: Evolution is asked at the instance's pace, not at the worker's speed
+    wait_until(lambda: len(sent_ids(simulator, alice_instance.name)) >= 16, timeout=60, message="backlog sent")
+    assert_paced(sorted(s["at"] for s in sent_ids(simulator, alice_instance.name)), rate)
+    wait_until(lambda: not Message.objects.filter(pk__in=ids, status__in=["QUEUED", "SENDING"]).exists(),
+               timeout=30, message="every send recorded")
+    assert sorted(Message.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == [1] * 16
 
 
 def test_an_otp_is_sent_while_a_marketing_backlog_drains(stack, simulator, alice, alice_instance, official_instance):
