@@ -200,6 +200,15 @@ class BenchStack:
     def web(self) -> Process:
         return self._gunicorn("web", "pilot_status.wsgi:application", self.web_port, self.config.web_workers, self.config.web_args)
 
+    def wide_web(self, workers: int) -> tuple[Process, str]:
+        """A second client-API pool of another size, started and stopped by B1 only: its cross-check that the
+        baseline is not measured at a pool size that suits the funnel better than the bare insert."""
+        port = free_port()
+        process = self._gunicorn("web-wide", "pilot_status.wsgi:application", port, workers, self.config.web_args).start()
+        assert process.proc is not None
+        wait_for_port(port, process.proc)
+        return process, f"http://127.0.0.1:{port}"
+
     def webhook(self) -> Process:
         return self._gunicorn("webhook", "pilot_status.internal_wsgi:application", self.webhook_port, self.config.webhook_workers,
                              ["--logger-class", "pilot_status.access_log.FailedRequestsOnly", *self.config.webhook_args])

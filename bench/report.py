@@ -57,11 +57,13 @@ def _summary(results: dict[str, Any]) -> list[str]:
                     f"| {status(b3['met'])} |")
     if b4 := sc.get("B4"):
         cap = f"{num(b4['pacing_cap_per_s'], 1)}/s (`{b4['pacing_cap_setting']}`)" if b4["measurable"] else "no pacing cap configured"
+        if b4.get("ceiling_5s"):
+            cap += f", burst {b4['pacing_burst']}: at most {num(b4['ceiling_5s'], 1)}/s over 5 s"
         rows.append(f"| B4 | peak {num(b4['peak_calls_per_s_after'], 1)} calls/s per instance after (5-s window; 1-s: "
                     f"{num(b4['peak_calls_per_s_after_1s'], 1)}); {b4['attempts_consumed_during_outage']:,} "
                     f"attempts / {b4['gateway_calls_during_outage']:,} calls during {num(b4['outage_s'])} s outage; drain "
-                    f"{num(b4['drain_s'], 1)} s | {cap} | {num(b4['peak_calls_per_s_after'] / b4['pacing_cap_per_s'], 2) + '×' if b4['measurable'] else '–'} "
-                    f"| peak ≤ cap; attempts ≈ 0 | {status(b4['met'], b4['measurable'])} |")
+                    f"{num(b4['drain_s'], 1)} s | {cap} | {num(b4['peak_calls_per_s_after'] / (b4.get('ceiling_5s') or b4['pacing_cap_per_s']), 2) + '×' if b4['measurable'] else '–'} "
+                    f"| peak ≤ cap (with its burst); attempts ≈ 0 | {status(b4['met'], b4['measurable'])} |")
     if b5 := sc.get("B5"):
         base5 = spread(b5["baseline"]) if "baseline" in b5 else num(b5["baseline_rate"])
         rows.append(f"| B5 | {spread(b5['rate'])} unique events/s ({b5['events']:,} events × 2 channels); correct: "
@@ -110,16 +112,23 @@ def _details(results: dict[str, Any]) -> list[str]:
     if b1 := sc.get("B1"):
         out += ["### B1 accept rate", "",
                 f"Load: {b1['tool']}, {b1['connections']} keep-alive connections, {num(b1['seconds_per_run'])} s per run, "
-                "runs interleaved (baseline, funnel, funnel without Idempotency-Key). The relay is stopped during B1 "
+                "runs interleaved (baseline, funnel, funnel without Idempotency-Key, then the baseline again on a second "
+                "pool of twice the workers: the cross-check below). The relay is stopped during B1 "
                 "so that the pipeline does not share the CPU; every 202 was checked to be a stored message "
                 f"({'yes' if b1['every_202_stored'] else 'NO'}).", "",
                 "| path | req/s | p50 | p99 | non-2xx/errors |", "|---|---|---|---|---|"]
         labels = {"baseline": "bare DRF insert (bench/baseline)", "funnel": "POST /v1/messages/send + Idempotency-Key",
-                  "funnel_no_idempotency_key": "POST /v1/messages/send, no Idempotency-Key"}
+                  "funnel_no_idempotency_key": "POST /v1/messages/send, no Idempotency-Key",
+                  "baseline_wide": f"bare DRF insert on {b1.get('wide_workers', '?')} workers (cross-check)"}
         for name, f in b1["figures"].items():
             out.append(f"| {labels[name]} | {spread(f['rate'])} | {spread(f['p50_ms'], 1, ' ms')} | "
                        f"{spread(f['p99_ms'], 1, ' ms')} | {f['errors']} |")
         out += ["", f"Without the Idempotency-Key the ratio is {num(b1['ratio_no_idempotency_key'], 2)}×.", ""]
+        if "ratio_to_best_baseline" in b1:
+            out += [f"The pool's size is the one server setting both paths share, and the bare insert may prefer "
+                    f"another: against the faster of the bare insert on {results['stack']['web_workers']} workers (the "
+                    f"judged baseline) and on {b1['wide_workers']}, the funnel's ratio is "
+                    f"{num(b1['ratio_to_best_baseline'], 2)}×.", ""]
         out += _per_unit_table("CPU milliseconds per request in run 1 (all cores; `machine` is every busy CPU, wrk "
                                "included):", {labels[k]: v for k, v in b1.get("cpu_ms_per_request", {}).items()})
     if b2 := sc.get("B2"):

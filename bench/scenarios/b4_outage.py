@@ -5,7 +5,8 @@ in front of a dead Evolution answers). The messages are spread over a few of pro
 so that pacing is seen per instance. Measured: attempts consumed and gateway calls made during the
 outage, the peak rate of gateway calls per instance after it (1-s and 5-s windows), and the drain
 time. The baseline is the configured per-instance pacing cap (SEND_RATE_PER_INSTANCE, or the
-instance's own send_rate_per_second).
+instance's own send_rate_per_second) with its burst (SEND_RATE_BURST): over the judged 5-s window, at
+most the cap plus a fifth of the burst.
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ def run(ctx: Context) -> dict[str, Any]:
     totals = [(round(t), sum(c.values())) for t, c in timeline]
     per_second = [(t1, round((c1 - c0) / max(t1 - t0, 1), 1)) for (t0, c0), (t1, c1) in zip(totals, totals[1:])]
     source, cap, burst = pacing_cap(chosen[0])
+    # What the bucket lets through in any 5 s: the cap, plus its burst once (tokens saved up during
+    # the outage). The 2 % covers the sampler: counts and clock are read a few ms apart.
+    ceiling_5s = cap + (burst or 0) / 5 if cap is not None else None
     ctx.fresh()
     return {
         "messages": sizes.b4_messages,
@@ -105,7 +109,9 @@ def run(ctx: Context) -> dict[str, Any]:
         "pacing_cap_per_s": cap,
         "pacing_burst": burst,
         "calls_per_s_timeline": per_second,
-        "met": (cap is not None and peak_5s <= cap * 1.05 and attempts_during <= 0.01 * sizes.b4_messages and drained),
+        "ceiling_5s": ceiling_5s,
+        "met": (ceiling_5s is not None and peak_5s <= ceiling_5s * 1.02 and attempts_during <= 0.01 * sizes.b4_messages
+                and drained),
         "measurable": cap is not None,
         "cpu": cpu_summary(meter),
     }

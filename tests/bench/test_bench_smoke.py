@@ -42,6 +42,8 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     sc = results["scenarios"]
     assert _is_figure(sc["B1"]["figures"]["funnel"]["rate"]["median"])
     assert _is_figure(sc["B1"]["figures"]["baseline"]["rate"]["median"])
+    assert _is_figure(sc["B1"]["figures"]["baseline_wide"]["rate"]["median"])  # the pool-size cross-check
+    assert _is_figure(sc["B1"]["ratio_to_best_baseline"])
     assert sc["B1"]["every_202_stored"] is True
     assert _is_figure(sc["B2"]["sent_rate"]["median"]) and _is_figure(sc["B2"]["baseline_tasks_per_s"]["median"])
     assert all(r["all_sent"] and r["all_read"] for r in sc["B2"]["runs"])
