@@ -81,7 +81,7 @@ def send_one(message_id: str) -> str:
     instance = route.instance
     if otp_window.lane_waits(message.lane):
         otp_window.wait_for_window(f"send:{message.lane}")
-    if not take_send_slot(message, token, instance):
+    if not take_send_slot(message, token, route):
         return "held"
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
     if outcome.kind == gateway.SENT and route.circuits_closed:
@@ -93,11 +93,15 @@ def send_one(message_id: str) -> str:
     return apply_outcome(message, token, instance, outcome)
 
 
-def take_send_slot(message: Message, token: uuid.UUID, instance: Instance) -> bool:
+def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> bool:
     """Wait for the instance's next send slot (sending.pacing); False when it is too far away and the
     message went back to Postgres, due at that slot, with no attempt used."""
+    instance = route.instance
     wait = pacing.send_slot(instance.pk, instance.send_rate_per_second)
     if wait < 0:
+        if not route.circuits_closed:  # a half-open circuit's probe this send took does not get to run
+            breaker.record(breaker.instance_scope(instance.name), breaker.NEUTRAL)
+            breaker.record(breaker.GATEWAY, breaker.NEUTRAL)
         metrics.messages(f"held:paced:{message.lane}")
         lifecycle.requeue(
             message, token, min(timezone.now() + timedelta(seconds=-wait), message.deliver_until), EventKind.WAITING,

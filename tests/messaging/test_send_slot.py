@@ -8,7 +8,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from messaging.sending import pacing, worker
+from messaging.sending import breaker, pacing, worker
 from tests.messaging.sending_helpers import events, open_on_simulator, send, sends_ok
 
 
@@ -70,3 +70,17 @@ def test_a_send_inside_the_burst_does_not_wait(simulator, alice, alice_instance)
     started = time.monotonic()
     assert [worker.send_one(str(m.pk)) for m in messages] == ["sent"] * 3
     assert time.monotonic() - started < pacing.burst_for(20.0) / 20.0
+
+
+def test_a_probe_held_back_by_the_send_rate_is_handed_back(simulator, alice, alice_instance):
+    alice_instance.send_rate_per_second = 0.1
+    alice_instance.save()
+    open_on_simulator(simulator, alice_instance)
+    first, second = send(alice), send(alice)
+    assert worker.send_one(str(first.pk)) == "sent"  # takes the only slot for 10 s
+    breaker._call("set_open", breaker.GATEWAY, time.time() - 1)  # the gateway circuit is half-open
+
+    assert worker.send_one(str(second.pk)) == "held"  # it took the probe, then its slot was too far
+
+    # the probe did not get to run, so the next send may take it at once
+    assert breaker.check(breaker.GATEWAY).probe
