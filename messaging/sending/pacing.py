@@ -76,8 +76,22 @@ class _LocalBuckets:
 
 
 local_buckets = _LocalBuckets()
-_script: Any = None
 _redis = RedisBackoff("pacing on per-process buckets")
+_scripts: dict[str, Any] = {}  # Lua source -> registered script
+
+
+def _in_redis(source: str, keys: list[str], args: list[float]) -> Any:
+    """Run a Lua script on the shared Redis; None when Redis is away (the caller falls back to this process)."""
+    if not _redis.ready():
+        return None
+    try:
+        client = metrics.redis()
+        if source not in _scripts:
+            _scripts[source] = client.register_script(source)
+        return _scripts[source](keys=keys, args=args, client=client)
+    except Exception as exc:
+        _redis.failed(exc)
+        return None
 
 
 def take(instance_id: int, want: int, instance_rate: float | None = None) -> int:
@@ -87,27 +101,20 @@ def take(instance_id: int, want: int, instance_rate: float | None = None) -> int
 
 def take_many(wants: dict[int, tuple[int, float | None]]) -> dict[int, int]:
     """`take` for several instances in one Redis round trip: {instance: (want, own rate)} → granted."""
-    global _script
     asked = {iid: (want, rate_for(rate)) for iid, (want, rate) in wants.items() if want > 0}
     granted = {iid: 0 for iid in wants}
     if not asked:
         return granted
     now = time.time()
-    if _redis.ready():
-        try:
-            client = metrics.redis()
-            if _script is None:
-                _script = client.register_script(_TAKE)
-            ids = list(asked)
-            args: list[float] = [now]
-            for iid in ids:
-                want, rate = asked[iid]
-                args += [rate, burst_for(rate), want]
-            answer = _script(keys=[_KEY.format(iid) for iid in ids], args=args, client=client)
-            granted.update({iid: int(n) for iid, n in zip(ids, answer)})
-            return granted
-        except Exception as exc:
-            _redis.failed(exc)
+    ids = list(asked)
+    args: list[float] = [now]
+    for iid in ids:
+        want, rate = asked[iid]
+        args += [rate, burst_for(rate), want]
+    answer = _in_redis(_TAKE, [_KEY.format(iid) for iid in ids], args)
+    if answer is not None:
+        granted.update({iid: int(n) for iid, n in zip(ids, answer)})
+        return granted
     for iid, (want, rate) in asked.items():
         granted[iid] = local_buckets.take(iid, rate, burst_for(rate), want, now)
     return granted
@@ -150,7 +157,6 @@ class _LocalSlots:
 
 
 local_slots = _LocalSlots()
-_slot_script: Any = None
 
 
 def send_slot(instance_id: int, instance_rate: float | None = None, max_wait: float = SLOT_MAX_WAIT_SECONDS) -> float:
@@ -158,21 +164,13 @@ def send_slot(instance_id: int, instance_rate: float | None = None, max_wait: fl
 
     A negative answer reserves nothing: the slot is that many seconds away, more than `max_wait`.
     """
-    global _slot_script
     rate = rate_for(instance_rate)
     interval = 1.0 / rate
     tolerance = (burst_for(rate) - 1) * interval
     now = time.time()
-    if _redis.ready():
-        try:
-            client = metrics.redis()
-            if _slot_script is None:
-                _slot_script = client.register_script(_SLOT)
-            answer = _slot_script(keys=[_SLOT_KEY.format(instance_id)], args=[now, interval, tolerance, max_wait],
-                                  client=client)
-            return float(answer)
-        except Exception as exc:
-            _redis.failed(exc)
+    answer = _in_redis(_SLOT, [_SLOT_KEY.format(instance_id)], [now, interval, tolerance, max_wait])
+    if answer is not None:
+        return float(answer)
     return local_slots.take(instance_id, interval, tolerance, max_wait, now)
 
 
