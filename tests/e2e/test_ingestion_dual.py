@@ -157,7 +157,7 @@ def test_a_consumer_killed_between_save_and_forward_is_finished_by_the_reconcile
     # and the unacked copy RabbitMQ gave back waits out the dead holder's lock, then is skipped
     metrics.redis().delete(LOCK_PREFIX + event.dedup_key)  # the 2-minute TTL, fast-forwarded
     wait_until(lambda: counter("rabbitmq:skipped") >= 1, timeout=30, message="the redelivered copy skipped")
-    wait_until(lambda: counter("rabbitmq:requeued") >= 1, timeout=5, message="requeued counted")
+    wait_until(lambda: counter("rabbitmq:requeued") >= 1, timeout=30, message="requeued counted")
     assert rows(key).count() == 1
     assert statuses(message) == ["READ"]
 
