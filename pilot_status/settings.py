@@ -327,7 +327,7 @@ LOGGING = {
 EVOLUTION_RABBITMQ_QUEUE_PREFIX = envstr("EVOLUTION_RABBITMQ_QUEUE_PREFIX", "pilot_status.evolution")
 EVOLUTION_RABBITMQ_REFRESH_SECONDS = envint("EVOLUTION_RABBITMQ_REFRESH_SECONDS", 30, minimum=1)
 # Ingestion reconciler: period of its beat entry, and how old an unprocessed event must be.
-INGESTION_RECONCILE_SECONDS = envint("INGESTION_RECONCILE_SECONDS", 300, minimum=10)
+INGESTION_RECONCILE_SECONDS = envint("INGESTION_RECONCILE_SECONDS", 300, minimum=1)
 INGESTION_STALE_AFTER_SECONDS = envint("INGESTION_STALE_AFTER_SECONDS", 120, minimum=0)
 
 # Maintenance (issue 22). Beat periods (pilot_status/celery.py reads the same variables; checked here).
