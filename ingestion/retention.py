@@ -19,13 +19,15 @@ from django.utils import timezone
 
 BATCH = 1000
 
+# = ANY(ARRAY(...)), not IN (SELECT ...): the delete reaches its rows by primary key (with IN the
+# planner may hash-join the subquery against the whole table).
 _PRUNE = """
-DELETE FROM evolution_ingestion_events WHERE id IN (
+DELETE FROM evolution_ingestion_events WHERE id = ANY(ARRAY(
     SELECT id FROM evolution_ingestion_events
      WHERE received_at < %(cutoff)s AND processed_at IS NOT NULL
      LIMIT %(batch)s
        FOR UPDATE SKIP LOCKED
-)
+))
 """
 
 

@@ -21,8 +21,10 @@ from django.utils import timezone
 
 BATCH = 1000
 
+# = ANY(ARRAY(...)), not IN (SELECT ...): the delete reaches its rows by primary key (with IN the
+# planner may hash-join the subquery against the whole table).
 _PRUNE = """
-DELETE FROM messaging_messageevent WHERE id IN (
+DELETE FROM messaging_messageevent WHERE id = ANY(ARRAY(
     SELECT e.id
       FROM messaging_messageevent e
       JOIN messaging_message m ON m.id = e.message_id
@@ -33,7 +35,7 @@ DELETE FROM messaging_messageevent WHERE id IN (
             OR (m.status = 'FAILED' AND d.status IS DISTINCT FROM 'OPEN'))
      LIMIT %(batch)s
        FOR UPDATE OF e SKIP LOCKED
-)
+))
 """
 
 

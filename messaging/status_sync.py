@@ -53,6 +53,8 @@ def give_up_after() -> timedelta:
 def check_one(message: Message) -> str:
     """Ask Evolution about one message: ADVANCED (moved forward or failed on an ERROR receipt),
     UNCHANGED (nothing newer than what we know) or CANNOT_TELL (no answer)."""
+    if not message.evolution_message_id:  # nothing to ask by: it waits for its give-up
+        return UNCHANGED
     rows = gateway.find_status_messages(message.instance.name, message.evolution_message_id)
     if rows is None:
         return CANNOT_TELL
@@ -88,7 +90,6 @@ def candidates(now: datetime, limit: int) -> list[Message]:
     return list(
         Message.objects.filter(status__in=AWAITING, status_sync_stopped_at__isnull=True, sent_at__lt=cutoff)
         .filter(Q(status_checked_at__isnull=True) | Q(status_checked_at__lt=cutoff))
-        .exclude(evolution_message_id="")
         .select_related("instance")
         .order_by(F("status_checked_at").asc(nulls_first=True), "sent_at")[:limit]
     )
