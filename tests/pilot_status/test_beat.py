@@ -69,6 +69,12 @@ def test_beat_and_the_maintenance_workers_run_every_scheduled_job(stack: Any, al
         assert seen["ingestion.prune_inbox"]["worker"] == "maintenance@test"
         assert seen["messaging.sync_statuses"]["worker"] == "sync@test"
         assert seen["ingestion.reconcile_events"]["worker"] == "sync@test"
+        # Operators see the same in the metrics.
+        from django.conf import settings
+        from django.test import Client
+
+        body = Client().get("/api/internal/metrics", HTTP_X_INTERNAL_WEBHOOK_SECRET=settings.INTERNAL_WEBHOOK_SECRET).json()
+        assert tasks <= set(body["maintenance"])
         # And the reconciler's pass did its job.
         assert Message.objects.get(pk=message_id).status == "QUEUED"
         assert Message.objects.get(pk=message_id).events.filter(kind="RECOVERED").exists()
