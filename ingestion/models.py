@@ -39,9 +39,9 @@ class IngestionEvent(models.Model):
             models.UniqueConstraint(fields=["dedup_key"], name="evolution_ingestion_events_dedup_key_key"),
         ]
         indexes = [
-            # ingestion.reconciler: unprocessed rows older than two minutes.
+            # ingestion.reconciler: unprocessed rows older than two minutes, fewest forwards first.
             models.Index(
-                fields=["received_at"], name="ingest_unprocessed", condition=Q(processed_at__isnull=True)
+                fields=["forward_attempts", "received_at"], name="ingest_unprocessed", condition=Q(processed_at__isnull=True)
             ),
             # handlers: receipts that arrived before the send that produced them was committed.
             models.Index(fields=["key_id"], name="ingest_key_id", condition=~Q(key_id="")),
