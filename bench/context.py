@@ -13,7 +13,7 @@ from .sizes import Sizes
 from .world import Simulator, World, empty_tables, register_all
 
 # Queues a scenario may leave work in: the lanes and our side of Evolution's RabbitMQ channel.
-PURGED_QUEUES = (*LANES, "maintenance", "pilot_status.evolution.ingest",
+PURGED_QUEUES = (*LANES, "maintenance", "sync", "bulk", "pilot_status.evolution.ingest",
                  "pilot_status.evolution.retry.5s", "pilot_status.evolution.retry.30s",
                  "pilot_status.evolution.retry.180s")
 

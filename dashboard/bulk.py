@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 50
 # One task run works this long, then hands the rest to a fresh task, so that a big job never
-# holds the maintenance worker away from the reconcilers for minutes.
+# holds the bulk worker away from the other jobs for minutes.
 TASK_BUDGET_SECONDS = 10.0
 
 

@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from messaging import resend
+from messaging import resend, timeline
 from messaging.errors import Rejected
 from messaging.models import DeadLetter, DeadLetterStatus, Message, Project, Status
 
@@ -95,9 +95,17 @@ def dead_letter_detail(request: HttpRequest, project_id: int, dead_letter_id: in
     project = _project(request, project_id)
     entry = _dead_letter(project, dead_letter_id)
     message = entry.message
+    # The latest lines, or with ?before=<cursor> the ones before them (messaging.timeline): a long
+    # hold or many resends never make the page load the whole timeline.
+    before = request.GET.get("before") or None
+    try:
+        lines = timeline.page(message, before) if before else timeline.latest(message)
+    except timeline.BadCursor:
+        before, lines = None, timeline.latest(message)
     return _page(
         request, "dashboard/dead_letter.html", project, "dead_letters",
-        entry=entry, message=message, events=list(message.events.all()),
+        entry=entry, message=message, events=list(reversed(lines.lines)) if before else lines.lines,
+        events_total=message.events.count(), older_cursor=lines.next_cursor, paged_back=before is not None,
         in_flight=message.status in IN_FLIGHT,
     )
 

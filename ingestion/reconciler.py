@@ -39,10 +39,12 @@ def run_batch(limit: int = BATCH, stale_after: timedelta | None = None, deadline
     cutoff = timezone.now() - (stale_after if stale_after is not None else default_stale_after())
     started = time.monotonic()
     forwarded = failures = 0
-    # Uses the partial index ingest_unprocessed (received_at where processed_at is null).
+    # Fewest forwards first, then oldest (partial index ingest_unprocessed): a pass stops after
+    # MAX_CONSECUTIVE_FAILURES, and events the webhook always refuses must not be the same ones at the
+    # head of every pass, holding everything behind them (issue 22). Each failure counts an attempt.
     candidates = (
         IngestionEvent.objects.filter(processed_at__isnull=True, received_at__lt=cutoff)
-        .order_by("received_at")
+        .order_by("forward_attempts", "received_at")
         .values_list("pk", "payload")[:limit]
     )
     for pk, payload in candidates:

@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from pilot_status import metrics
+from pilot_status import heartbeats, metrics
 from pilot_status.errors import error_response
 
 from . import auth, inbox, receive
@@ -88,7 +88,8 @@ def metrics_json(request: HttpRequest) -> HttpResponse:
     except Exception as exc:  # Redis down: the counters are unreadable, say so
         log.warning("metrics: Redis unavailable (%s)", exc)
         return error_response(503, "unavailable", "The counters are unavailable (Redis).")
-    return JsonResponse({"counters": counters})
+    # The last run of each beat task (pilot_status.heartbeats): is maintenance running at all?
+    return JsonResponse({"counters": counters, "maintenance": heartbeats.read()})
 
 
 @require_GET

@@ -90,12 +90,15 @@ WITH released AS (
     -- statistics say. With IN, a planner that believed the table empty scanned all of it once per
     -- released row (0.5-1 s per pass in bench B6; tests/messaging/test_relay_plans.py).
     UPDATE messaging_message SET dispatched_at = %(now)s WHERE id = ANY(ARRAY(SELECT message_id FROM released))
-    RETURNING id
+    RETURNING id, hold_reason
 )
 -- The line's time is never before the commit that made the entry visible (clock_timestamp()): a pass
 -- that read its clock before an accept or a resend committed still lists DISPATCHED after it.
+-- A held message (hold_reason set by lifecycle.requeue) gets no line: its WAITING line says it all,
+-- and one per cycle made a 4-hour hold hundreds of lines long.
 INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
 SELECT id, %(kind)s, '', %(detail)s::jsonb, GREATEST(%(now)s, clock_timestamp()) FROM stamped
+ WHERE hold_reason IS NULL
 """
 
 

@@ -51,6 +51,7 @@ def fail(
             message,
             from_statuses,
             lease_token,
+            hold_reason=None,
             status=Status.FAILED,
             failure_reason=reason,
             failure_detail=detail[:2000],
@@ -89,7 +90,13 @@ def requeue(
     extra_update: dict[str, Any] | None = None,
 ) -> bool:
     """SENDING → QUEUED with a due time: a retry (the caller counts the attempt in
-    `extra_update`) or a wait (no attempt used)."""
+    `extra_update`) or a wait (no attempt used).
+
+    A wait is a hold: it writes its WAITING line only when its reason differs from the hold the
+    message was already in (`hold_reason`), and while it is held the relay writes no DISPATCHED line
+    either, so a message held for hours has one line per change of reason, not two per cycle."""
+    hold = hold_reason(kind, detail, extra_update)
+    repeated = hold is not None and hold == message.hold_reason  # as claimed, under this lease
     with transaction.atomic():
         changed = _compare_and_set(
             message,
@@ -99,14 +106,26 @@ def requeue(
             next_attempt_at=available_at,
             # Not in the broker any more: the relay releases it again from the new outbox row.
             dispatched_at=None,
+            hold_reason=hold,
             **(extra_update or {}),
         )
         if not changed:
             return False
         message.refresh_from_db()
-        message.record(kind, next_attempt_at=available_at.isoformat(), **detail)
+        if not repeated:
+            message.record(kind, next_attempt_at=available_at.isoformat(), **detail)
         enqueue(message, available_at)
     return True
+
+
+def hold_reason(kind: str, detail: dict[str, Any], extra_update: dict[str, Any] | None) -> str | None:
+    """What holds a message back, as one comparable string (why, and the instance or circuit it
+    concerns), or None when this requeue is not a hold: a retry uses an attempt (the caller counts it
+    in `extra_update`) and a recovery is no wait."""
+    if kind != EventKind.WAITING or "attempts" in (extra_update or {}):
+        return None
+    parts = [str(detail.get("why", "")), str(detail.get("instance", "")), str(detail.get("circuit", ""))]
+    return "|".join(parts)[:200]
 
 
 def mark_sent(
@@ -130,6 +149,7 @@ def mark_sent(
         "last_gateway_response": attempt_detail,
         "lease_token": None,
         "lease_expires_at": None,
+        "hold_reason": None,
         **(extra_update or {}),
     }
     status_line = writes.TimelineLine(

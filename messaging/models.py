@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models import ExpressionWrapper, F, Q
 from django.utils import timezone
@@ -284,6 +285,15 @@ class Message(models.Model):
     evolution_message_id = models.CharField(max_length=64, blank=True, default="")
     remote_jid = models.CharField(max_length=80, blank=True, default="")
     last_gateway_response = models.JSONField(null=True, blank=True)
+    # What holds the message back (why and where) since its last WAITING line: a hold for the same
+    # reason writes no new line, and the relay writes no DISPATCHED line for a held message (issue
+    # 22: a held MARKETING message wrote two lines per 30 s cycle). NULL, not "", when not held:
+    # the accept insert leaves NULL columns out (messaging.accept._row).
+    hold_reason = models.CharField(max_length=200, null=True, blank=True)
+    # Status sync (messaging.status_sync): when it last asked Evolution about this message, and when
+    # it gave up (STATUS_SYNC_GIVE_UP_AFTER_HOURS after the send; a SYNC_STOPPED line says so).
+    status_checked_at = models.DateTimeField(null=True, blank=True)
+    status_sync_stopped_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -311,11 +321,13 @@ class Message(models.Model):
                 name="msg_unfinished",
                 condition=Q(status__in=["QUEUED", "SENDING"]),
             ),
-            # status_sync: SENT/SERVER_ACK rows waiting for a DELIVERY_ACK.
+            # status_sync: SENT/SERVER_ACK rows it still checks, never checked first, then the least
+            # recently checked (its ORDER BY, so a pass reads no more index entries than it takes).
             models.Index(
-                fields=["status", "sent_at"],
-                name="msg_awaiting_ack",
-                condition=Q(status__in=["SENT", "SERVER_ACK"]),
+                F("status_checked_at").asc(nulls_first=True),
+                F("sent_at"),
+                name="msg_status_sync",
+                condition=Q(status__in=["SENT", "SERVER_ACK"], status_sync_stopped_at__isnull=True),
             ),
         ]
 
@@ -355,6 +367,9 @@ class EventKind(models.TextChoices):
     RESENT = "RESENT", "Force resend"
     DISMISSED = "DISMISSED", "Dismissed"
     RECOVERED = "RECOVERED", "Recovered by a reconciler"
+    # Status sync asked Evolution for STATUS_SYNC_GIVE_UP_AFTER_HOURS and never heard of a receipt:
+    # it stops asking. The message keeps its status (SENT or SERVER_ACK).
+    SYNC_STOPPED = "SYNC_STOPPED", "Status checks stopped"
 
 
 class MessageEvent(models.Model):
@@ -370,7 +385,12 @@ class MessageEvent(models.Model):
 
     class Meta:
         ordering = ["created_at", "pk"]
-        indexes = [models.Index(fields=["message", "created_at"], name="event_timeline")]
+        indexes = [
+            models.Index(fields=["message", "created_at"], name="event_timeline"),
+            # retention (messaging.retention): old lines by time. BRIN: a few pages, and next to
+            # nothing per insert (six or more per message).
+            BrinIndex(fields=["created_at"], name="event_created_brin"),
+        ]
 
 
 class OutboxEntry(models.Model):

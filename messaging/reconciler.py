@@ -6,14 +6,18 @@
   released again;
 - a QUEUED message past deliverUntil → FAILED EXPIRED with a dead letter;
 - Idempotency-Key answers older than 24 h → deleted.
-Each pass is bounded (batch size) so that a huge backlog never makes one beat tick run forever.
+Each pass is bounded by a batch size per step and a time budget (RECONCILE_PASS_SECONDS, checked
+between messages), so that a huge backlog or a slow database never makes one beat tick run into the
+next: the next tick goes on where this one stopped.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -43,10 +47,16 @@ class Report:
         return self.leases_recovered + self.redispatched + self.expired
 
 
-def recover_expired_leases(limit: int = BATCH) -> int:
+def _over(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() > deadline
+
+
+def recover_expired_leases(limit: int = BATCH, deadline: float | None = None) -> int:
     now = timezone.now()
     recovered = 0
     for message in Message.objects.filter(status=Status.SENDING, lease_expires_at__lt=now)[:limit]:
+        if _over(deadline):
+            break
         # The dead worker may have reached Evolution: mark the attempt unconfirmed.
         if lifecycle.requeue(
             message,
@@ -60,7 +70,7 @@ def recover_expired_leases(limit: int = BATCH) -> int:
     return recovered
 
 
-def redispatch_lost(limit: int = BATCH) -> int:
+def redispatch_lost(limit: int = BATCH, deadline: float | None = None) -> int:
     now = timezone.now()
     released = 0
     for lane, after in LOST_DISPATCH_AFTER.items():
@@ -76,6 +86,8 @@ def redispatch_lost(limit: int = BATCH) -> int:
             .order_by("next_attempt_at")[:limit]
         )
         for message in candidates:
+            if _over(deadline):
+                return released
             with transaction.atomic():
                 # Clearing dispatched_at under a status check makes a concurrent pass a no-op.
                 if Message.objects.filter(pk=message.pk, status=Status.QUEUED, dispatched_at=message.dispatched_at).update(
@@ -87,10 +99,12 @@ def redispatch_lost(limit: int = BATCH) -> int:
     return released
 
 
-def expire_overdue(limit: int = BATCH) -> int:
+def expire_overdue(limit: int = BATCH, deadline: float | None = None) -> int:
     now = timezone.now()
     expired = 0
     for message in Message.objects.filter(status=Status.QUEUED, deliver_until__lte=now)[:limit]:
+        if _over(deadline):
+            break
         if lifecycle.fail(
             message,
             FailureReason.EXPIRED,
@@ -109,10 +123,13 @@ def prune_idempotency(limit: int = 5000) -> int:
     return IdempotencyRecord.objects.filter(pk__in=ids).delete()[0]
 
 
-def run_batch() -> Report:
-    return Report(
-        leases_recovered=recover_expired_leases(),
-        redispatched=redispatch_lost(),
-        expired=expire_overdue(),
-        idempotency_pruned=prune_idempotency(),
-    )
+def run_batch(budget_s: float | None = None) -> Report:
+    """One pass of every step, within the time budget (expiry is the one an OTP's deadline needs
+    most, but leases go first: a recovered lease may still make its deadline)."""
+    deadline = time.monotonic() + (budget_s if budget_s is not None else settings.RECONCILE_PASS_SECONDS)
+    report = Report(leases_recovered=recover_expired_leases(deadline=deadline))
+    report.redispatched = redispatch_lost(deadline=deadline)
+    report.expired = expire_overdue(deadline=deadline)
+    if not _over(deadline):
+        report.idempotency_pruned = prune_idempotency()
+    return report

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-
+import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_prerun, worker_process_shutdown
+from celery.signals import task_postrun, task_prerun, worker_process_shutdown
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
@@ -17,25 +17,34 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 
 # One queue per category so that a marketing blast never sits in front of an OTP (design.md §4).
 LANES = ("otp", "utility", "marketing")
+# Maintenance has three queues, each with its own worker, so that no pass waits for another kind
+# (issue 22): `maintenance`, the passes that only touch Postgres (lease recovery, lost releases,
+# expiry, retention); `sync`, the passes that call out and can be as slow as what they call (status
+# sync and instance poll ask Evolution, the ingestion reconciler forwards to our webhook); `bulk`,
+# the dashboard's bulk force-resends, which can run for minutes.
 MAINTENANCE_QUEUE = "maintenance"
+SYNC_QUEUE = "sync"
+BULK_QUEUE = "bulk"
 SEND_TASK = "messaging.send_message"
 
 _exchange = Exchange("pilot_status", type="direct", durable=True)
-app.conf.task_queues = [Queue(name, _exchange, routing_key=name, durable=True) for name in LANES] + [
-    Queue(MAINTENANCE_QUEUE, _exchange, routing_key=MAINTENANCE_QUEUE, durable=True)
+app.conf.task_queues = [
+    Queue(name, _exchange, routing_key=name, durable=True) for name in (*LANES, MAINTENANCE_QUEUE, SYNC_QUEUE, BULK_QUEUE)
 ]
 app.conf.update(
     task_default_queue=MAINTENANCE_QUEUE,
     task_default_exchange="pilot_status",
     task_default_routing_key=MAINTENANCE_QUEUE,
 )
-# Send tasks are routed per message by the relay (lane_for); everything else is maintenance.
+# Send tasks are routed per message by the relay (lane_for); everything else here.
 app.conf.task_routes = {
     "messaging.reconcile_messages": {"queue": MAINTENANCE_QUEUE},
-    "messaging.sync_statuses": {"queue": MAINTENANCE_QUEUE},
-    "messaging.poll_instance_states": {"queue": MAINTENANCE_QUEUE},
-    "ingestion.reconcile_events": {"queue": MAINTENANCE_QUEUE},
-    "dashboard.run_bulk_resend": {"queue": MAINTENANCE_QUEUE},
+    "messaging.prune_timelines": {"queue": MAINTENANCE_QUEUE},
+    "ingestion.prune_inbox": {"queue": MAINTENANCE_QUEUE},
+    "messaging.sync_statuses": {"queue": SYNC_QUEUE},
+    "messaging.poll_instance_states": {"queue": SYNC_QUEUE},
+    "ingestion.reconcile_events": {"queue": SYNC_QUEUE},
+    "dashboard.run_bulk_resend": {"queue": BULK_QUEUE},
 }
 
 
@@ -49,34 +58,33 @@ def lane_for(category: str) -> str:
 
 # Read from the environment directly: touching django.conf.settings while this module is imported
 # (from pilot_status/__init__) would load the settings module half-imported. settings.py
-# validates the same variable (INGESTION_RECONCILE_SECONDS) at start-up.
-_INGESTION_RECONCILE_SECONDS = int(os.environ.get("INGESTION_RECONCILE_SECONDS") or 300)
+# validates the same variables (and documents them) at start-up.
+def _period(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
 
-# Each entry names its queue and expires: a beat tick that waited longer than its own period is
-# stale, and the next tick will do the same work (saleor CELERY_BEAT_SCHEDULE).
+
+def _entry(task: str, period: float) -> dict[str, Any]:
+    # Each entry names its queue and expires: a tick that waited longer than its own period is stale,
+    # and the next tick does the same work. django-celery-beat's DatabaseScheduler keeps only
+    # `expire_seconds` of the options (its PeriodicTask column; `expires` is dropped when it writes
+    # this entry to the table), and sends it to the worker as the task's `expires`.
+    return {
+        "task": task,
+        "schedule": period,
+        "options": {"queue": app.conf.task_routes[task]["queue"], "expire_seconds": max(1, int(period))},
+    }
+
+
 app.conf.beat_schedule = {
-    "reconcile-messages": {
-        "task": "messaging.reconcile_messages",
-        "schedule": 10.0,
-        "options": {"queue": MAINTENANCE_QUEUE, "expires": 10},
-    },
-    "sync-statuses": {
-        "task": "messaging.sync_statuses",
-        "schedule": 60.0,
-        "options": {"queue": MAINTENANCE_QUEUE, "expires": 60},
-    },
+    "reconcile-messages": _entry("messaging.reconcile_messages", _period("RECONCILE_SECONDS", 10)),
+    "sync-statuses": _entry("messaging.sync_statuses", _period("STATUS_SYNC_SECONDS", 60)),
     # Safety net for a lost connection.update: instances we think are down but hold messages.
-    "poll-instance-states": {
-        "task": "messaging.poll_instance_states",
-        "schedule": 15.0,
-        "options": {"queue": MAINTENANCE_QUEUE, "expires": 15},
-    },
-    "reconcile-ingestion": {
-        "task": "ingestion.reconcile_events",
-        "schedule": float(_INGESTION_RECONCILE_SECONDS),
-        "options": {"queue": MAINTENANCE_QUEUE, "expires": _INGESTION_RECONCILE_SECONDS},
-    },
+    "poll-instance-states": _entry("messaging.poll_instance_states", _period("INSTANCE_POLL_SECONDS", 15)),
+    "reconcile-ingestion": _entry("ingestion.reconcile_events", _period("INGESTION_RECONCILE_SECONDS", 300)),
+    "prune-timelines": _entry("messaging.prune_timelines", _period("RETENTION_SECONDS", 600)),
+    "prune-inbox": _entry("ingestion.prune_inbox", _period("RETENTION_SECONDS", 600)),
 }
+BEAT_TASKS = frozenset(entry["task"] for entry in app.conf.beat_schedule.values())
 
 # Celery's Django fixup closes the database connection before and after every task unless
 # CELERY_DB_REUSE_MAX is set: opening a new Postgres backend per message took a sixth of a lane
@@ -90,6 +98,23 @@ def _drop_stale_connection(**kwargs: Any) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@task_prerun.connect
+def _start_heartbeat(task: Any = None, **kwargs: Any) -> None:
+    if task is not None and task.name in BEAT_TASKS:
+        task.request.ps_started = time.time()
+
+
+@task_postrun.connect
+def _record_heartbeat(task: Any = None, state: str | None = None, **kwargs: Any) -> None:
+    # Every beat task leaves its last run in Redis (pilot_status.heartbeats): that it runs at all is
+    # what an operator (and tests/pilot_status/test_beat.py) looks at first.
+    if task is not None and task.name in BEAT_TASKS:
+        from pilot_status import heartbeats
+
+        request = task.request
+        heartbeats.record(task.name, getattr(request, "ps_started", None), state or "", str(request.hostname or ""))
 
 
 @worker_process_shutdown.connect

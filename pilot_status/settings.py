@@ -237,6 +237,8 @@ RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0, above=0)
 RELAY_CONFIRM_TIMEOUT_SECONDS = envfloat("RELAY_CONFIRM_TIMEOUT_SECONDS", 10.0, above=0)
 # Messages SENT/SERVER_ACK for longer than this without DELIVERY_ACK are checked with Evolution.
 STATUS_SYNC_AFTER_SECONDS = envint("STATUS_SYNC_AFTER_SECONDS", 120, minimum=1)
+# ...and no longer than this after the send: then status sync stops asking (a SYNC_STOPPED line).
+STATUS_SYNC_GIVE_UP_AFTER_HOURS = envint("STATUS_SYNC_GIVE_UP_AFTER_HOURS", 72, minimum=1)
 # Circuit breaker (issue 4 §5), one per instance and one for the whole gateway.
 # Opens after this many transient failures in a row...
 BREAKER_FAILURE_RUN = envint("BREAKER_FAILURE_RUN", 5, minimum=1)
@@ -325,5 +327,20 @@ LOGGING = {
 EVOLUTION_RABBITMQ_QUEUE_PREFIX = envstr("EVOLUTION_RABBITMQ_QUEUE_PREFIX", "pilot_status.evolution")
 EVOLUTION_RABBITMQ_REFRESH_SECONDS = envint("EVOLUTION_RABBITMQ_REFRESH_SECONDS", 30, minimum=1)
 # Ingestion reconciler: period of its beat entry, and how old an unprocessed event must be.
-INGESTION_RECONCILE_SECONDS = envint("INGESTION_RECONCILE_SECONDS", 300, minimum=10)
+INGESTION_RECONCILE_SECONDS = envint("INGESTION_RECONCILE_SECONDS", 300, minimum=1)
 INGESTION_STALE_AFTER_SECONDS = envint("INGESTION_STALE_AFTER_SECONDS", 120, minimum=0)
+
+# Maintenance (issue 22). Beat periods (pilot_status/celery.py reads the same variables; checked here).
+RECONCILE_SECONDS = envfloat("RECONCILE_SECONDS", 10.0, above=0)
+STATUS_SYNC_SECONDS = envfloat("STATUS_SYNC_SECONDS", 60.0, above=0)
+INSTANCE_POLL_SECONDS = envfloat("INSTANCE_POLL_SECONDS", 15.0, above=0)
+RETENTION_SECONDS = envfloat("RETENTION_SECONDS", 600.0, above=0)
+# Time budget of one pass (checked between messages or batches): a slow Evolution or a big backlog
+# ends the pass early, the next tick goes on. Celery's soft time limit backs each one up.
+RECONCILE_PASS_SECONDS = envfloat("RECONCILE_PASS_SECONDS", 8.0, above=0)
+STATUS_SYNC_PASS_SECONDS = envfloat("STATUS_SYNC_PASS_SECONDS", 40.0, above=0)
+RETENTION_PASS_SECONDS = envfloat("RETENTION_PASS_SECONDS", 30.0, above=0)
+# Retention: processed inbox rows (raw payloads, inbound customer messages) and the timeline lines
+# of finished messages are deleted after this many days, 1,000 rows per statement.
+INBOX_RETENTION_DAYS = envint("INBOX_RETENTION_DAYS", 30, minimum=1)
+TIMELINE_RETENTION_DAYS = envint("TIMELINE_RETENTION_DAYS", 90, minimum=1)

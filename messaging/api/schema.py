@@ -43,7 +43,7 @@ AcceptedMessage = inline_serializer(
     },
 )
 
-_EVENT = inline_serializer(
+MessageEvent = _EVENT = inline_serializer(
     "MessageEvent",
     {
         "type": serializers.CharField(),
@@ -79,7 +79,17 @@ _MESSAGE_FIELDS: dict[str, Any] = {
     "failedAt": serializers.DateTimeField(allow_null=True),
 }
 Message = inline_serializer("Message", _MESSAGE_FIELDS)
-MessageDetail = inline_serializer("MessageDetail", {**_MESSAGE_FIELDS, "events": _EVENT.__class__(many=True)})
+MessageDetail = inline_serializer(
+    "MessageDetail",
+    {
+        **_MESSAGE_FIELDS,
+        # The latest lines (at most 50), oldest first; the ones before them: GET /v1/messages/{id}/events.
+        "events": _EVENT.__class__(many=True),
+        "eventsNextCursor": serializers.CharField(
+            allow_null=True, help_text="Older lines: GET /v1/messages/{id}/events?cursor=…; null when `events` is the whole timeline."
+        ),
+    },
+)
 MessagePage = inline_serializer(
     "MessagePage", {"data": Message.__class__(many=True), "nextCursor": serializers.CharField(allow_null=True)}
 )

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import dead_letters, views
+from . import dead_letters, timeline, views
 
 urlpatterns = [
     # allows POST /v1/messages/send
@@ -9,6 +9,8 @@ urlpatterns = [
     path("messages", views.MessageListView.as_view(), name="api-messages"),
     # allows GET /v1/messages/{id}
     path("messages/<uuid:message_id>", views.MessageDetailView.as_view(), name="api-message"),
+    # allows GET /v1/messages/{id}/events
+    path("messages/<uuid:message_id>/events", timeline.MessageEventsView.as_view(), name="api-message-events"),
     # allows GET /v1/instances
     path("instances", views.InstanceListView.as_view(), name="api-instances"),
     # allows POST /v1/opt-ins

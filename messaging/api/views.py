@@ -19,7 +19,7 @@ from rest_framework.response import Response
 
 from pilot_status.api import ClientApiView
 
-from .. import opt_ins
+from .. import opt_ins, timeline
 from ..accept import AnsweredBefore, accept_message, find_idempotent_answer, refuse_if_revoked
 from ..errors import Rejected
 from ..models import Instance, Message, OptIn
@@ -163,7 +163,8 @@ class MessageDetailView(ClientApiView):
         )
         if message is None:
             raise exceptions.NotFound()
-        return Response(message_body(message, list(message.events.all())))
+        lines = timeline.latest(message)
+        return Response({**message_body(message, lines.lines), "eventsNextCursor": lines.next_cursor})
 
 
 class InstanceListView(ClientApiView):

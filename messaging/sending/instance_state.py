@@ -85,8 +85,14 @@ def release_waiting(instance: Instance) -> int:
     ).update(available_at=now)
 
 
-def poll_waiting(limit: int = 50) -> int:
+# One poll must end before the next tick (beat period INSTANCE_POLL_SECONDS, 15 s) even when
+# Evolution is slow: checked between instances.
+POLL_BUDGET_SECONDS = 10.0
+
+
+def poll_waiting(limit: int = 50, budget_s: float = POLL_BUDGET_SECONDS) -> int:
     """Ask Evolution about instances we believe are down and that hold queued messages."""
+    started = time.monotonic()
     waiting = (
         Instance.objects.exclude(connection_state=ConnectionState.OPEN)
         .filter(pk__in=Message.objects.filter(status=Status.QUEUED).values("instance_id"))
@@ -94,6 +100,8 @@ def poll_waiting(limit: int = 50) -> int:
     )
     released = 0
     for instance in waiting:
+        if time.monotonic() - started > budget_s:
+            break
         state = gateway.connection_state(instance.name)
         if state in _STATES:
             remember(instance.name, state)

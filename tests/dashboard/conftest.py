@@ -1,4 +1,4 @@
-"""Browser fixtures: Debian's chromium driven by Playwright, and a maintenance worker for bulk jobs.
+"""Browser fixtures: Debian's chromium driven by Playwright, and the worker of bulk jobs.
 
 Playwright cannot download its own browser on this machine; `make test` installs chromium
 (`make browser-deps`) and the tests launch it by path.
@@ -52,10 +52,10 @@ def browser_page(chromium: Any) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def maintenance_worker(stack_process: Any) -> Iterator[Process]:
-    """The Celery worker of the `maintenance` queue (bulk resend jobs), on the test database."""
+    """The Celery worker of the `bulk` queue (bulk resend jobs), on the test database."""
     worker = Process(
-        "worker-maintenance",
-        [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", "maintenance", "-n", "maintenance@test",
+        "worker-bulk",
+        [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", "bulk", "-n", "bulk@test",
          "-c", "1", "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "--without-heartbeat",
          "-l", "info"],
         stack_process.env,

@@ -51,3 +51,26 @@ def test_it_stops_early_when_the_web_is_down(db, settings, alice_instance):
     attempted = IngestionEvent.objects.filter(forward_attempts=1).count()
     assert attempted == reconciler.MAX_CONSECUTIVE_FAILURES
     assert IngestionEvent.objects.filter(processed_at__isnull=True).count() == 5
+
+
+def test_events_that_always_fail_do_not_hold_the_line(transactional_db, live_server, settings, alice, alice_instance):
+    """Issue 22: a pass stops after three failed forwards in a row; when those are always the same
+    three oldest events (the webhook refuses them), newer ones must still get their turn."""
+    settings.INTERNAL_WEBHOOK_URL = f"{live_server.url}/api/internal/webhook"
+    old = timezone.now() - timedelta(hours=1)
+    for n in range(reconciler.MAX_CONSECUTIVE_FAILURES):
+        IngestionEvent.objects.create(
+            dedup_key=f"{n:064d}", channel="RABBITMQ", event="messages.update", payload={"not": "an event"},
+            received_at=old,
+        )
+    message = make_message(alice.project, alice_instance)
+    event = saved_but_never_forwarded(receipt("READ", channel="rabbitmq"))
+
+    for _ in range(3):
+        reconciler.run_batch()
+        event.refresh_from_db()
+        if event.processed_at is not None:
+            break
+    assert event.processed_at is not None
+    message.refresh_from_db()
+    assert message.status == Status.READ

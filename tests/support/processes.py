@@ -18,6 +18,8 @@ from .simulator import SimulatorClient
 ROOT = Path(__file__).resolve().parents[2]
 LOG_DIR = Path(os.environ.get("PS_TEST_LOG_DIR") or ROOT / "artifacts" / "logs")
 LANES = ("otp", "utility", "marketing")
+# The maintenance queues (pilot_status/celery.py), each with its own worker in the Procfile.
+MAINTENANCE_QUEUES = ("maintenance", "sync", "bulk")
 
 
 def free_port() -> int:
@@ -165,6 +167,41 @@ class Stack:
             self.env,
         )
 
+    def _maintenance_worker(self, queue: str, env: dict[str, str]) -> Process:
+        return Process(
+            f"worker-{queue}",
+            [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", queue, "-n", f"{queue}@test",
+             "-c", "1", "--prefetch-multiplier", "1", "-O", "fair", "--without-gossip", "--without-mingle",
+             "--without-heartbeat", "-l", "info"],
+            env,
+        )
+
+    def start_maintenance(self, periods: dict[str, str]) -> None:
+        """Beat (the DatabaseScheduler, as in the Procfile) and the maintenance workers, with the beat
+        periods given as environment variables (e.g. {"RECONCILE_SECONDS": "1"}). Not part of
+        start(): most tests run the one-pass functions themselves, at the moment they choose."""
+        env = {**self.env, **periods}
+        offsets = {}
+        for queue in MAINTENANCE_QUEUES:
+            worker = self._maintenance_worker(queue, env)
+            offsets[queue] = log_size(worker.log)
+            self.processes[f"worker-{queue}"] = worker.start()
+        self.processes["beat"] = Process(
+            "beat",
+            [sys.executable, "-m", "celery", "-A", "pilot_status", "beat", "-l", "info",
+             "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
+            env,
+        ).start()
+        for queue in MAINTENANCE_QUEUES:
+            worker = self.processes[f"worker-{queue}"]
+            wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offsets[queue])
+
+    def stop_maintenance(self) -> None:
+        for name in ("beat", *(f"worker-{queue}" for queue in MAINTENANCE_QUEUES)):
+            process = self.processes.pop(name, None)
+            if process is not None:
+                process.stop()
+
     def start(self) -> None:
         self.purge_queues()  # leftovers of an earlier run must not reach this run's database
         self.processes = {"web": self._web(), "relay": self._relay(), "consumer": self._consumer()}
@@ -227,7 +264,7 @@ class Stack:
         ingest = queue_names()
         # The consumer's delay and parking queues too: a message left waiting there by one test
         # would come back in the next one.
-        queues = LANES + ("maintenance", ingest.work, *(ingest.retry(d) for d in RETRY_DELAYS_S), ingest.parking)
+        queues = LANES + MAINTENANCE_QUEUES + (ingest.work, *(ingest.retry(d) for d in RETRY_DELAYS_S), ingest.parking)
         with app.connection_for_write() as conn:
             for queue in queues:
                 channel = conn.channel()  # a missing queue closes its channel: one each

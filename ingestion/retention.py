@@ -1,0 +1,45 @@
+"""Retention of the inbox (issue 22): processed events go after INBOX_RETENTION_DAYS.
+
+The inbox holds raw payloads, inbound customer messages among them; once processed, a row only
+serves dedup, and Evolution stops redelivering an event within hours (its webhook retries end after
+about ten attempts). Unprocessed rows are kept whatever their age: the ingestion reconciler still owes
+them a forward. Each statement deletes at most BATCH rows picked `FOR UPDATE SKIP LOCKED` through the
+BRIN index on received_at (a row being processed is left for the next pass); a pass stops at
+RETENTION_PASS_SECONDS.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+BATCH = 1000
+
+# = ANY(ARRAY(...)), not IN (SELECT ...): the delete reaches its rows by primary key (with IN the
+# planner may hash-join the subquery against the whole table).
+_PRUNE = """
+DELETE FROM evolution_ingestion_events WHERE id = ANY(ARRAY(
+    SELECT id FROM evolution_ingestion_events
+     WHERE received_at < %(cutoff)s AND processed_at IS NOT NULL
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED
+))
+"""
+
+
+def prune_inbox(budget_s: float | None = None, batch: int = BATCH) -> int:
+    budget = budget_s if budget_s is not None else settings.RETENTION_PASS_SECONDS
+    cutoff = timezone.now() - timedelta(days=settings.INBOX_RETENTION_DAYS)
+    started = time.monotonic()
+    deleted = 0
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(_PRUNE, {"cutoff": cutoff, "batch": batch})
+            count = int(cursor.rowcount)
+        deleted += count
+        if count < batch or time.monotonic() - started > budget:
+            return deleted
