@@ -99,7 +99,9 @@ _pilot_env() {
     _pilot_default CELERY_BROKER_URL "amqp://guest:guest@127.0.0.1:$amqp//"
     _pilot_default EVOLUTION_API_URL "http://127.0.0.1:8081"
     _pilot_default EVOLUTION_API_KEY "simulator-global-key"
-    _pilot_default EVOLUTION_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp//"
+    # Evolution's events on their own vhost, apart from Celery's tasks (compose also gives each its
+    # own user; here guest, which RabbitMQ only lets in from loopback).
+    _pilot_default EVOLUTION_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp/evolution"
     _pilot_default EVOLUTION_RABBITMQ_EXCHANGE "evolution_exchange"
     _pilot_dev_secrets
     # Production mode (DEBUG=0) refuses `*`; these are the names `make run` and the tests use
