@@ -268,6 +268,13 @@ INTERNAL_WEBHOOK_URL = envurl(
     f"http://127.0.0.1:{envint('PORT', 8000)}/api/internal/webhook",
 )
 PORT = envint("PORT", 8000, minimum=1)
+# Our own forwards name this host; where it is the web pool (a one-process deployment), Django's
+# host check would refuse them with 400 unless it is allowed. The webhook pool checks no host.
+_INTERNAL_HOST = urlparse(INTERNAL_WEBHOOK_URL).hostname or ""
+if ":" in _INTERNAL_HOST:
+    _INTERNAL_HOST = f"[{_INTERNAL_HOST}]"
+if _INTERNAL_HOST and "*" not in ALLOWED_HOSTS and _INTERNAL_HOST not in ALLOWED_HOSTS:
+    ALLOWED_HOSTS.append(_INTERNAL_HOST)
 
 # Sending policy (contract §5, issue 4). Named so that operators can find and tune them.
 SEND_MAX_ATTEMPTS = envint("SEND_MAX_ATTEMPTS", 10, minimum=1)

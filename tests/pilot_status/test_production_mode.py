@@ -99,6 +99,28 @@ def test_development_mode_keeps_its_defaults():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_internal_webhook_host_is_allowed_for_our_own_forwards():
+    # A one-process deployment: the consumer forwards to the web pool by its internal address.
+    env = production_env(INTERNAL_WEBHOOK_URL="http://10.0.0.5:8000/api/internal/webhook")
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup(); from django.conf import settings;"
+                             " print(','.join(settings.ALLOWED_HOSTS))"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "pilot.example.com,10.0.0.5", result.stderr
+
+
+def test_plain_http_is_redirected_but_internal_forwards_are_not(db, settings):
+    # Production defaults, in-process: the browser is sent to https, while the consumer's and the
+    # reconciler's plain-HTTP forwards reach the webhook (as on the webhook pool, which never redirects).
+    from django.test import Client
+
+    settings.SECURE_SSL_REDIRECT = True
+    plain = Client()
+    response = plain.get("/dashboard/login/")
+    assert response.status_code == 301 and response["Location"] == "https://testserver/dashboard/login/"
+    response = plain.post("/api/internal/webhook", data="{}", content_type="application/json")
+    assert response.status_code == 401 and response.json()["error"]["code"]  # answered, not redirected
+
+
 def test_check_deploy_passes_with_the_documented_production_variables():
     result = manage(production_env(), "check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode == 0, result.stdout + result.stderr
