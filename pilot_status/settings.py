@@ -1,7 +1,9 @@
 """Settings, read from the environment only (contract.md §7).
 
 Every required value fails start-up loudly with the variable's name; there are no insecure
-defaults here. `make run` and `make test` supply development values (scripts/env.sh).
+defaults here. `make run` and `make test` supply development values (scripts/env.sh). With DEBUG=0
+(production mode) a weak or published secret or a `*` host stops every process in one line
+(pilot_status/production.py), and the transport settings default to HTTPS-only.
 """
 
 from __future__ import annotations
