@@ -81,10 +81,11 @@ migrate: install services
 	$(ENV) $(VENV)/bin/python manage.py migrate --noinput
 
 # seed_demo creates the demo project once, writes .state/simulator-instances.json (the
-# simulator's --preload) and prints the keys and a curl line. honcho gets `-e /dev/null`: its
-# own .env loading would override values set in the environment.
+# simulator's --preload) and prints the keys and a curl line. It refuses production mode
+# (DEBUG=0, scripts/env.sh's default too) unless told this is a demo. honcho gets `-e /dev/null`:
+# its own .env loading would override values set in the environment.
 run: migrate
-	$(ENV) $(VENV)/bin/python manage.py seed_demo
+	$(ENV) $(VENV)/bin/python manage.py seed_demo --i-know-this-is-a-demo
 	$(ENV) scripts/procfile.sh > .state/Procfile
 	exec $(ENV) $(VENV)/bin/honcho start -e /dev/null -f .state/Procfile
 

@@ -147,6 +147,15 @@ class ApiKey(models.Model):
         )
 
 
+def new_token_salt() -> str:
+    """An instance's webhook token salt: 128 random bits, drawn when the instance is made (or re-keyed).
+
+    With an empty or guessable salt the token would follow from SECRET_KEY and the instance's name
+    alone, the same for every deployment that shares a key.
+    """
+    return secrets.token_hex(16)
+
+
 @functools.lru_cache(maxsize=4096)
 def _derived_webhook_token(secret_key: str, name: str, salt: str) -> str:
     # Checked on every webhook: derived once per instance and salt (a re-key changes the salt).
@@ -173,8 +182,9 @@ class Instance(models.Model):
     )
     state_changed_at = models.DateTimeField(default=timezone.now)
     # The webhook token is derived from SECRET_KEY and this salt, so no usable secret sits in
-    # the database (issue 8, S5); the Evolution instance token is kept only as a hash.
-    token_salt = models.CharField(max_length=32, default="", blank=True)
+    # the database (issue 8, S5); the Evolution instance token is kept only as a hash. Every
+    # instance has its own random salt, however it was made (operators, admin, a script: save()).
+    token_salt = models.CharField(max_length=32, default=new_token_salt)
     evolution_token_hash = models.CharField(max_length=64, blank=True, default="")
     send_rate_per_second = models.FloatField(
         null=True, blank=True, help_text="Send pace cap for this number; empty: SEND_RATE_PER_INSTANCE"
@@ -198,6 +208,9 @@ class Instance(models.Model):
                 name="instance_best",
             ),
         ]
+        constraints = [
+            models.CheckConstraint(condition=~Q(token_salt=""), name="instance_token_salt_set"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -206,12 +219,20 @@ class Instance(models.Model):
     def is_pilot_status(self) -> bool:
         return self.project_id is None
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.token_salt:
+            # Made with an explicit empty salt (a form, a script): never a token anyone can derive.
+            self.token_salt = new_token_salt()
+        super().save(*args, **kwargs)
+
     @property
     def webhook_token(self) -> str:
         return _derived_webhook_token(settings.SECRET_KEY, self.name, self.token_salt)
 
     def check_webhook_token(self, candidate: str) -> bool:
-        return hmac.compare_digest(self.webhook_token, candidate)
+        # Constant time, on bytes: a non-ASCII or lone-surrogate header is a wrong token, not a
+        # TypeError from compare_digest.
+        return hmac.compare_digest(self.webhook_token.encode(), candidate.encode("utf-8", "surrogatepass"))
 
     def check_evolution_token(self, candidate: str) -> bool:
         if not self.evolution_token_hash:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from . import rules
-from .models import ApiKey, Environment, Instance, Project, hash_secret
+from .models import ApiKey, Environment, Instance, Project, hash_secret, new_token_salt
 
 
 class OperatorError(Exception):
@@ -48,9 +47,21 @@ def add_instance(
         project=project,
         is_official=official,
         priority=priority,
-        token_salt=secrets.token_hex(8),
         evolution_token_hash=hash_secret(token) if token else "",
     )
+    return {"instance_id": instance.pk, "name": instance.name, "webhook_token": instance.webhook_token}
+
+
+def webhook_token(name: str, rotate: bool = False) -> dict[str, Any]:
+    """An instance's webhook token (the `x-webhook-token` Evolution must send), for an operator who
+    re-registers the webhook: after migration 0006 gave the instance a salt, or after `rotate`
+    drew a new one (the old token stops working within ingestion.auth.AUTH_CACHE_SECONDS)."""
+    instance = Instance.objects.filter(name=name).first()
+    if instance is None:
+        raise OperatorError(f"instance {name!r} does not exist")
+    if rotate:
+        instance.token_salt = new_token_salt()
+        instance.save(update_fields=["token_salt"])
     return {"instance_id": instance.pk, "name": instance.name, "webhook_token": instance.webhook_token}
 
 

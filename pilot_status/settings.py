@@ -1,7 +1,9 @@
 """Settings, read from the environment only (contract.md §7).
 
 Every required value fails start-up loudly with the variable's name; there are no insecure
-defaults here. `make run` and `make test` supply development values (scripts/env.sh).
+defaults here. `make run` and `make test` supply development values (scripts/env.sh). With DEBUG=0
+(production mode) a weak or published secret or a `*` host stops every process in one line
+(pilot_status/production.py), and the transport settings default to HTTPS-only.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from urllib.parse import urlparse
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from . import production
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -102,11 +106,49 @@ def envurl(name: str, schemes: tuple[str, ...], default: str | None = None) -> s
 
 
 DEBUG = envbool("DEBUG", False)
-SECRET_KEY = envsecret("SECRET_KEY", min_length=32)
+if not DEBUG:
+    # Production mode: no secret anyone could read in the repository, no `*` host (production.py).
+    try:
+        _refusal = production.refusal(_raw)
+    except ImproperlyConfigured as exc:  # an unreadable NAME_FILE
+        _refusal = str(exc)
+    if _refusal:
+        production.refuse(_refusal)
+SECRET_KEY = envsecret("SECRET_KEY", min_length=production.SECRET_MIN_LENGTH)
+# Development (DEBUG=1) may leave it unset and answer any host; production mode requires it.
 ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", "*").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS", "http://127.0.0.1,http://localhost").split(",")
 ]
+
+
+def envpair(name: str) -> tuple[str, str] | None:
+    """`HEADER,value` (e.g. HTTP_X_FORWARDED_PROTO,https), or None when unset."""
+    value = envstr(name, "")
+    if not value:
+        return None
+    parts = [part.strip() for part in value.split(",")]
+    if len(parts) != 2 or not parts[0].startswith("HTTP_") or not parts[1]:
+        raise ImproperlyConfigured(f"{name} must be HEADER,value (e.g. HTTP_X_FORWARDED_PROTO,https), got {value!r}")
+    return parts[0], parts[1]
+
+
+# Transport security (`manage.py check --deploy`): on by default in production mode, off under
+# DEBUG=1. scripts/env.sh turns them off for `make run`, tests, bench and chaos, which serve plain
+# HTTP on loopback; a deployment terminates TLS in front of gunicorn (docs/security.md).
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
+# The consumer and the ingestion reconciler forward to INTERNAL_WEBHOOK_URL over the private network
+# in plain HTTP, and the webhook pool (internal_wsgi) never redirects: the web pool, which also serves
+# /api/internal/ in a one-process deployment, answers them the same way instead of a 301 to https.
+SECURE_REDIRECT_EXEMPT = [r"^api/internal/"]
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", not DEBUG)
+# Only behind a proxy that sets this header itself and drops it from clients' requests: anyone
+# else who can send it makes a plain-HTTP request look secure.
+SECURE_PROXY_SSL_HEADER = envpair("SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -218,7 +260,9 @@ EVOLUTION_READ_TIMEOUT = envfloat("EVOLUTION_READ_TIMEOUT", 15.0, above=0)
 TYPING_DELAY_MS_PER_CHAR = envint("TYPING_DELAY_MS_PER_CHAR", 0, minimum=0)
 TYPING_DELAY_MAX_MS = envint("TYPING_DELAY_MAX_MS", 3000, minimum=0)
 
-INTERNAL_WEBHOOK_SECRET = envsecret("INTERNAL_WEBHOOK_SECRET")
+INTERNAL_WEBHOOK_SECRET = envsecret(
+    "INTERNAL_WEBHOOK_SECRET", min_length=16 if DEBUG else production.SECRET_MIN_LENGTH
+)
 # Where the RabbitMQ consumer and the ingestion reconciler forward events (seeds B).
 INTERNAL_WEBHOOK_URL = envurl(
     "INTERNAL_WEBHOOK_URL",
@@ -226,6 +270,13 @@ INTERNAL_WEBHOOK_URL = envurl(
     f"http://127.0.0.1:{envint('PORT', 8000)}/api/internal/webhook",
 )
 PORT = envint("PORT", 8000, minimum=1)
+# Our own forwards name this host; where it is the web pool (a one-process deployment), Django's
+# host check would refuse them with 400 unless it is allowed. The webhook pool checks no host.
+_INTERNAL_HOST = urlparse(INTERNAL_WEBHOOK_URL).hostname or ""
+if ":" in _INTERNAL_HOST:
+    _INTERNAL_HOST = f"[{_INTERNAL_HOST}]"
+if _INTERNAL_HOST and "*" not in ALLOWED_HOSTS and _INTERNAL_HOST not in ALLOWED_HOSTS:
+    ALLOWED_HOSTS.append(_INTERNAL_HOST)
 
 # Sending policy (contract §5, issue 4). Named so that operators can find and tune them.
 SEND_MAX_ATTEMPTS = envint("SEND_MAX_ATTEMPTS", 10, minimum=1)

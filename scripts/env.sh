@@ -56,6 +56,27 @@ _pilot_load_dotenv() {
     done <"$file"
 }
 
+# _pilot_random: 64 URL-safe random characters (48 bytes).
+_pilot_random() {
+    head -c 48 /dev/urandom | base64 | tr -d '\n' | tr '+/' '-_'
+}
+
+# _pilot_dev_secrets: SECRET_KEY and INTERNAL_WEBHOOK_SECRET of this clone, drawn at random on first
+# use and kept in .state/dev-secrets (git-ignored, mode 600). No secret is written in the
+# repository: production mode refuses every value that ever was (pilot_status/production.py).
+_pilot_dev_secrets() {
+    local file="$_pilot_root/.state/dev-secrets" tmp
+    if [ ! -e "$file" ]; then
+        mkdir -p "$_pilot_root/.state"
+        tmp=$(umask 077 && mktemp "$file.XXXXXX") || return 1
+        printf 'SECRET_KEY=%s\nINTERNAL_WEBHOOK_SECRET=%s\n' "$(_pilot_random)" "$(_pilot_random)" >"$tmp"
+        # Two first uses at once: ln fails for the second, and both read the first one's file.
+        ln "$tmp" "$file" 2>/dev/null || true
+        rm -f "$tmp"
+    fi
+    _pilot_load_dotenv "$file"
+}
+
 _pilot_env() {
     local test_mode=0 off=0
     [ "${1:-}" = --test ] && test_mode=1
@@ -78,10 +99,20 @@ _pilot_env() {
     _pilot_default CELERY_BROKER_URL "amqp://guest:guest@127.0.0.1:$amqp//"
     _pilot_default EVOLUTION_API_URL "http://127.0.0.1:8081"
     _pilot_default EVOLUTION_API_KEY "simulator-global-key"
-    _pilot_default EVOLUTION_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp//"
+    # Evolution's events on their own vhost, apart from Celery's tasks (compose also gives each its
+    # own user; here guest, which RabbitMQ only lets in from loopback).
+    _pilot_default EVOLUTION_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp/evolution"
     _pilot_default EVOLUTION_RABBITMQ_EXCHANGE "evolution_exchange"
-    _pilot_default INTERNAL_WEBHOOK_SECRET "dev-internal-secret-change-me"
-    _pilot_default SECRET_KEY "dev-secret-key-change-me-in-production-0123456789"
+    _pilot_dev_secrets
+    # Production mode (DEBUG=0) refuses `*`; these are the names `make run` and the tests use
+    # (Django's test client adds its own `testserver`).
+    _pilot_default ALLOWED_HOSTS "127.0.0.1,localhost,[::1]"
+    # Plain HTTP on loopback: no redirect to https, no Secure-only cookies, no HSTS (production
+    # mode turns them on by default; docs/security.md).
+    _pilot_default SECURE_SSL_REDIRECT "0"
+    _pilot_default SESSION_COOKIE_SECURE "0"
+    _pilot_default CSRF_COOKIE_SECURE "0"
+    _pilot_default SECURE_HSTS_SECONDS "0"
     _pilot_default PORT "8000"
     # The client API's sync workers (Procfile `web`): one per core, since its requests are CPU-bound.
     _pilot_default WEB_CONCURRENCY "$(nproc 2>/dev/null || echo 2)"
@@ -107,7 +138,7 @@ _pilot_env "$@"
 
 if [ "${BASH_SOURCE[0]}" != "$0" ]; then
     # sourced: keep the variables, drop the helpers
-    unset -f _pilot_default _pilot_load_dotenv _pilot_env
+    unset -f _pilot_default _pilot_load_dotenv _pilot_env _pilot_random _pilot_dev_secrets
     unset _pilot_root
     return 0
 fi
@@ -116,7 +147,7 @@ fi
 if [ $# -eq 0 ]; then
     for _v in DATABASE_URL REDIS_URL CELERY_BROKER_URL EVOLUTION_API_URL EVOLUTION_API_KEY \
         EVOLUTION_RABBITMQ_URL EVOLUTION_RABBITMQ_EXCHANGE INTERNAL_WEBHOOK_SECRET SECRET_KEY \
-        PORT WEB_CONCURRENCY WEBHOOK_PORT INTERNAL_WEBHOOK_URL DEBUG; do
+        PORT WEB_CONCURRENCY WEBHOOK_PORT INTERNAL_WEBHOOK_URL DEBUG ALLOWED_HOSTS; do
         printf '%s=%s\n' "$_v" "${!_v}"
     done
     exit 0

@@ -14,7 +14,7 @@
 # clone on the same machine gets them shifted by 100, 200, ... (see choose_ports):
 #   Postgres 55432 (role pilot/pilot, db pilot_status, CREATEDB for test_pilot_status)
 #   Redis    56379 (db 0 for `make run`, db 1 for `make test`)
-#   RabbitMQ 56720 (AMQP; vhost / for `make run`, pilot_test for `make test`, user guest)
+#   RabbitMQ 56720 (AMQP; vhosts / and evolution for `make run`, pilot_test for `make test`, user guest)
 #            56721 (Erlang distribution), epmd 56722 (our own epmd, not the default 4369)
 #
 # Environment: PG_FAST=1 makes Postgres use synchronous_commit=off (the last few hundred ms of
@@ -38,7 +38,7 @@ PG_APP_DB=pilot_status
 PG_MAX_CONNECTIONS=200
 
 RMQ_NODENAME=rabbit@localhost
-RMQ_VHOSTS=(/ pilot_test)
+RMQ_VHOSTS=(/ pilot_test evolution)
 
 SERVICES=(postgres redis rabbitmq)
 
@@ -483,7 +483,8 @@ rmq_ready() {
     say "rabbitmq  $how  127.0.0.1:$AMQP_PORT  pid $(rmq_pid)  vhosts ${RMQ_VHOSTS[*]}  ($(since "$RMQ_T0"))"
 }
 
-# Vhost pilot_test keeps the test suite's tasks away from a running `make run` (vhost /).
+# Vhost pilot_test keeps the test suite's tasks away from a running `make run` (vhost /); vhost
+# evolution is where `make run`'s Evolution (the simulator) publishes, apart from Celery's tasks.
 # One CLI call when all is in place (each call costs a ~0.5 s Erlang VM start).
 rmq_ensure_vhosts() {
     local vhosts vhost
