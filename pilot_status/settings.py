@@ -133,6 +133,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Admin pages: malformed ids, NUL, out-of-calendar dates and huge searches get a 400 (issue 21).
+    "pilot_status.admin_guard.AdminInputGuard",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
