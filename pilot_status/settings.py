@@ -137,9 +137,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     # Admin pages: malformed ids, NUL, out-of-calendar dates and huge searches get a 400 (issue 21).
     "pilot_status.admin_guard.AdminInputGuard",
-    # Turns a locked-out sign-in into the lockout page (axes; keep it last).
-    "axes.middleware.AxesMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Turns a locked-out sign-in into the lockout page; last (axes' docs), so the outer middleware (security
+    # headers, X-Frame-Options) also apply to that page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "pilot_status.urls"
