@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime, time, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -12,8 +13,29 @@ from messaging import rules
 from messaging.models import Category, DeadLetterStatus, FailureReason
 
 
+# A bulk selection is what a person ticked, on pages of 25 rows: more than this is not a person's
+# selection and is refused (400); "Resend all matching" covers any number, in chunks. Django refuses a form
+# of more than DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000) fields before the view sees it.
+BULK_MAX_IDS = 500
+# ASCII digits, no sign, below 2**63 (a bigint). str.isdigit() also accepts "²" or "١", which int() refuses.
+_DEAD_LETTER_ID = re.compile(r"[1-9][0-9]{0,17}")
+
+
 def _start_of(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=dt_timezone.utc)
+
+
+def selected_ids(values: list[str]) -> list[int]:
+    """The ticked dead-letter ids of a bulk form; ValidationError for more than BULK_MAX_IDS or any value that
+    is not an id (the whole selection is refused: a person ticked boxes, a malformed one means a forged form)."""
+    if len(values) > BULK_MAX_IDS:
+        raise forms.ValidationError(
+            f"Select at most {BULK_MAX_IDS} dead letters at once, or use “Resend all matching”."
+        )
+    for value in values:
+        if not _DEAD_LETTER_ID.fullmatch(value):
+            raise forms.ValidationError(f"{value[:20]!r} is not a dead letter id.")
+    return [int(value) for value in values]
 
 
 class DeadLetterFilterForm(forms.Form):
@@ -55,8 +77,9 @@ class DeadLetterFilterForm(forms.Form):
             "category": data.get("category") or None,
             "to": data.get("to") or None,
             "created_after": _start_of(date_from) if date_from else None,
-            # The "to" day is included: everything before the next midnight.
-            "created_before": _start_of(date_to + timedelta(days=1)) if date_to else None,
+            # The "to" day is included: everything before the next midnight (the calendar's last day has
+            # none: it bounds nothing).
+            "created_before": _start_of(date_to + timedelta(days=1)) if date_to and date_to < date.max else None,
         }
 
     def query_items(self) -> list[tuple[str, str]]:

@@ -6,10 +6,14 @@ project's pages and entries are 404. Actions are POST-only and call messaging.re
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
+from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db import transaction
@@ -21,9 +25,10 @@ from django.views.decorators.http import require_GET, require_POST
 from messaging import resend, timeline
 from messaging.errors import Rejected
 from messaging.models import DeadLetter, DeadLetterStatus, Message, Project, Status
+from pilot_status.errors import error_response
 
 from . import bulk, overview, tasks
-from .forms import DeadLetterFilterForm
+from .forms import DeadLetterFilterForm, selected_ids
 from .models import BulkResendJob
 
 PAGE_SIZE = 25
@@ -47,9 +52,29 @@ def _actor(request: HttpRequest) -> str:
     return f"dashboard:{request.user.get_username()}"
 
 
-def _page(request: HttpRequest, template: str, project: Project | None, section: str, **context: Any) -> HttpResponse:
+def _page(request: HttpRequest, template: str, project: Project | None, section: str, status: int = 200,
+          **context: Any) -> HttpResponse:
     projects = list(request.user.projects.order_by("name"))  # type: ignore[union-attr]
-    return render(request, template, {"project": project, "projects": projects, "section": section, **context})
+    return render(request, template, {"project": project, "projects": projects, "section": section, **context},
+                  status=status)
+
+
+def _refused(request: HttpRequest, project: Project, reasons: list[str], query: list[tuple[str, str]]) -> HttpResponse:
+    """A form the dashboard cannot act on: 400 with what was wrong, and nothing done."""
+    back = reverse("dashboard:dead_letters", args=[project.pk])
+    return _page(request, "dashboard/refused.html", project, "dead_letters", status=400,
+                 reasons=reasons, back=f"{back}?{urlencode(query)}" if query else back)
+
+
+def _json_errors(view: Callable[..., JsonResponse]) -> Callable[..., JsonResponse]:
+    """The dashboard's JSON endpoints answer a missing object with the JSON error envelope, not the HTML page."""
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except Http404:
+            return error_response(404, "not_found", "No such resource.")
+    return wrapper
 
 
 @login_required
@@ -84,8 +109,7 @@ def dead_letter_list(request: HttpRequest, project_id: int) -> HttpResponse:
     matching_open = resend.matching(project, form.filters()).filter(status=DeadLetterStatus.OPEN).count()
     return _page(
         request, "dashboard/dead_letters.html", project, "dead_letters",
-        form=form, page=page, query_items=query_items,
-        query="&".join(f"{k}={v}" for k, v in query_items), matching_open=matching_open,
+        form=form, page=page, query_items=query_items, query=urlencode(query_items), matching_open=matching_open,
     )
 
 
@@ -147,14 +171,23 @@ def dismiss_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> H
 @require_POST
 def bulk_resend(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
+    # The filter the person was looking at rides along as hidden fields (the way back to the list).
+    form = DeadLetterFilterForm.from_query(request.POST)
     if request.POST.get("scope") == "all":
-        form = DeadLetterFilterForm.from_query(request.POST)
+        if not form.is_valid():
+            # Never read a filter the form refuses as "no filter": that would resend more than was shown.
+            reasons = [f"{form[name].label if name in form.fields else name}: {' '.join(map(str, errors))}"
+                       for name, errors in form.errors.items()]
+            return _refused(request, project, reasons, [])
         start: dict[str, Any] = {"filters": form.filters()}
     else:
-        ids = [int(v) for v in request.POST.getlist("ids") if v.isdigit()]
+        try:
+            ids = selected_ids(request.POST.getlist("ids"))
+        except forms.ValidationError as refused:
+            return _refused(request, project, [str(m) for m in refused.messages], form.query_items())
         if not ids:
             messages.error(request, "Tick at least one dead letter, or use “Resend all matching”.")
-            return redirect(f"{reverse('dashboard:dead_letters', args=[project.pk])}?{request.POST.get('query', '')}")
+            return redirect(f"{reverse('dashboard:dead_letters', args=[project.pk])}?{urlencode(form.query_items())}")
         start = {"ids": ids}
     with transaction.atomic():
         job = bulk.start(project, request.user, _actor(request), **start)
@@ -179,6 +212,7 @@ def bulk_job(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse
 
 @login_required
 @require_GET
+@_json_errors
 def bulk_job_progress(request: HttpRequest, project_id: int, job_id: int) -> JsonResponse:
     job = _job(_project(request, project_id), job_id)
     if bulk.stalled(job):
@@ -188,6 +222,7 @@ def bulk_job_progress(request: HttpRequest, project_id: int, job_id: int) -> Jso
 
 @login_required
 @require_GET
+@_json_errors
 def message_status(request: HttpRequest, project_id: int, message_id: str) -> JsonResponse:
     project = _project(request, project_id)
     message = get_object_or_404(Message.objects.for_project(project), pk=message_id)

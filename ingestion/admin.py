@@ -35,7 +35,8 @@ class IngestionEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    @admin.action(description="Reprocess selected unprocessed events")
+    # Reprocessing changes rows: staff with only the view permission neither see nor run it (issue 21).
+    @admin.action(description="Reprocess selected unprocessed events", permissions=["change"])
     def reprocess(self, request: HttpRequest, queryset: QuerySet[IngestionEvent]) -> None:
         # The same business logic both channels run (handlers.apply is idempotent and locks the
         # row), so reprocessing an event a channel is handling right now is harmless.

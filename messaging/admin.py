@@ -39,7 +39,8 @@ class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = ("key_hash", "display_prefix", "created_at", "last_used_at")
     actions = ["revoke"]
 
-    @admin.action(description="Revoke selected keys")
+    # Actions change rows: staff with only the view permission neither see nor run them (issue 21).
+    @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         count = sum(1 for key in queryset if key.revoke())
         self.message_user(request, f"Revoked {count} key(s).")
@@ -141,11 +142,12 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def category(self, obj: DeadLetter) -> str:
         return obj.message.category
 
-    @admin.action(description="Force resend selected dead letters")
+    # Actions change rows: staff with only the view permission neither see nor run them (issue 21).
+    @admin.action(description="Force resend selected dead letters", permissions=["change"])
     def force_resend(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
         self._act(request, queryset, lambda entry: resend.force_resend(entry, _actor(request)), "resent")
 
-    @admin.action(description="Dismiss selected dead letters")
+    @admin.action(description="Dismiss selected dead letters", permissions=["change"])
     def dismiss(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
         self._act(request, queryset, lambda entry: resend.dismiss(entry, _actor(request)), "dismissed")
 

@@ -54,7 +54,7 @@ def add_instance(
 
 def webhook_token(name: str, rotate: bool = False) -> dict[str, Any]:
     """An instance's webhook token (the `x-webhook-token` Evolution must send), for an operator who
-    re-registers the webhook: after migration 0006 gave the instance a salt, or after `rotate`
+    re-registers the webhook: after migration 0007 gave the instance a salt, or after `rotate`
     drew a new one (the old token stops working within ingestion.auth.AUTH_CACHE_SECONDS)."""
     instance = Instance.objects.filter(name=name).first()
     if instance is None:
@@ -65,29 +65,61 @@ def webhook_token(name: str, rotate: bool = False) -> dict[str, Any]:
     return {"instance_id": instance.pk, "name": instance.name, "webhook_token": instance.webhook_token}
 
 
-def create_member(project_id: int, username: str, password: str) -> dict[str, Any]:
+def create_member(project_id: int, username: str, password: str, reset_password: bool = False) -> dict[str, Any]:
+    """Make a dashboard user a member of a project.
+
+    An existing user is refused unless `reset_password` is given (then their password is set and they
+    join the project); a superuser is never touched, with or without it: this command must not be a
+    way to take over an operator's account.
+    """
     project = Project.objects.filter(pk=project_id).first()
     if project is None:
         raise OperatorError(f"--project {project_id}: no such project")
     User = get_user_model()
     with transaction.atomic():
-        user, created = User.objects.get_or_create(username=username)
-        if created or password:
-            user.set_password(password)
-            user.save()
+        user = User.objects.select_for_update().filter(username=username).first()
+        if user is not None and user.is_superuser:
+            raise OperatorError(f"user {username!r} is a superuser; create_member never changes a superuser")
+        if user is not None and not reset_password:
+            raise OperatorError(
+                f"user {username!r} already exists; pass --reset-password to set a new password "
+                f"and add them to project {project_id}"
+            )
+        if user is None:
+            user = User(username=username)
+        user.set_password(password)
+        user.save()
         project.members.add(user)
     return {"user_id": user.pk}
 
 
-def revoke_key(prefix: str) -> dict[str, Any]:
-    """Revoke API keys by the prefix shown in admin (e.g. `ps_live_AbCd`); returns what was revoked."""
+def revoke_key(key_id: int | None = None, prefix: str | None = None) -> dict[str, Any]:
+    """Revoke one API key: by its id (`key_id` from issue_key, the id column in admin), or by the
+    12-character prefix shown in admin (e.g. `ps_live_AbCd`) when exactly one active key has it.
+
+    Prefixes are short (4 random characters), so two keys can share one: an ambiguous prefix is
+    refused with the candidates' ids instead of revoking every key that shares it.
+    """
+    if (key_id is None) == (prefix is None):
+        raise OperatorError("give exactly one of --key-id (the key's id) or --prefix (e.g. ps_live_AbCd)")
+    if key_id is not None:
+        key = ApiKey.objects.filter(pk=key_id).first()
+        if key is None:
+            raise OperatorError(f"--key-id {key_id}: no such key")
+        if not key.revoke():
+            raise OperatorError(f"--key-id {key_id}: already revoked")
+        return {"revoked": [key.pk]}
+    assert prefix is not None
     if len(prefix) < 12:
         raise OperatorError("--prefix must be the 12-character prefix shown in admin (e.g. ps_live_AbCd)")
-    keys = list(ApiKey.objects.filter(display_prefix=prefix[:12], revoked_at__isnull=True))
+    prefix = prefix[:12]
+    keys = list(ApiKey.objects.filter(display_prefix=prefix, revoked_at__isnull=True).order_by("pk"))
     if not keys:
-        raise OperatorError(f"no active key with prefix {prefix[:12]!r}")
-    revoked = [key.pk for key in keys if key.revoke()]
-    return {"revoked": revoked}
+        raise OperatorError(f"no active key with prefix {prefix!r}")
+    if len(keys) > 1:
+        ids = ", ".join(str(key.pk) for key in keys)
+        raise OperatorError(f"ambiguous prefix {prefix!r}: active keys {ids} share it; revoke one with --key-id")
+    return {"revoked": [key.pk for key in keys if key.revoke()]}
 
 
 def issue_key(project_id: int, environment: str) -> dict[str, Any]:

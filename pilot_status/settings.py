@@ -9,6 +9,7 @@ defaults here. `make run` and `make test` supply development values (scripts/env
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -160,6 +161,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "django_celery_beat",
+    "axes",  # sign-in throttling for the dashboard and admin (see LOGIN_FAILURE_LIMIT below)
     "messaging",
     "ingestion",
     "dashboard",
@@ -175,7 +177,12 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Admin pages: malformed ids, NUL, out-of-calendar dates and huge searches get a 400 (issue 21).
+    "pilot_status.admin_guard.AdminInputGuard",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Turns a locked-out sign-in into the lockout page; last (axes' docs), so the outer middleware (security
+    # headers, X-Frame-Options) also apply to that page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "pilot_status.urls"
@@ -328,6 +335,29 @@ RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Sign-in throttling (django-axes, issue 21), for the dashboard's and admin's sign-in alike: after
+# LOGIN_FAILURE_LIMIT wrong passwords for one username from one address, that pair is refused (429, the
+# lockout page) even with the right password, for LOGIN_LOCKOUT_SECONDS after the failure that reached the
+# limit; tries during the lockout do not extend it, and a good sign-in resets the count. Attempts live in
+# Postgres (axes' database handler), so every web worker sees the same count. The address is REMOTE_ADDR:
+# behind a reverse proxy every client shares the proxy's, and the lockout becomes one per username.
+LOGIN_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+LOGIN_LOCKOUT_SECONDS = envint("LOGIN_LOCKOUT_SECONDS", 15 * 60, minimum=1)
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out pair before any password check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(seconds=LOGIN_LOCKOUT_SECONDS)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "dashboard.lockout.locked_out"
+AXES_USERNAME_CALLABLE = "dashboard.lockout.username_of"
+AXES_CLIENT_IP_CALLABLE = "dashboard.lockout.address_of"
+AXES_HANDLER = "dashboard.lockout.StorableAttempts"
+AXES_DISABLE_ACCESS_LOG = True  # no row per successful sign-in; failures are what the lockout counts
+AXES_VERBOSE = False
 LOGIN_URL = "/dashboard/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"
 LOGOUT_REDIRECT_URL = "/dashboard/login/"

@@ -94,3 +94,83 @@ def test_reprocess_applies_unprocessed_events(ops, alice_instance):
     assert event.processed_at is not None
     alice_instance.refresh_from_db()
     assert alice_instance.connection_state == "close"
+
+
+# ---- who may run the actions (issue 21): view permission shows the rows, change runs the actions ----------
+
+def _staff(username: str, *codenames: str) -> Client:
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user(username, f"{username}@example.com", f"{username}-password-123",
+                                                is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def viewer(db) -> Client:
+    # Staff who may look at everything and change nothing.
+    return _staff("viewer", "view_deadletter", "view_apikey", "view_ingestionevent")
+
+
+@pytest.fixture
+def unprocessed(alice_instance) -> IngestionEvent:
+    return IngestionEvent.objects.create(
+        dedup_key="b" * 64, channel="WEBHOOK", event="connection.update", instance_name=alice_instance.name,
+        payload={"event": "connection.update", "instance": alice_instance.name, "data": {"state": "close"}},
+    )
+
+
+ACTIONS = [
+    ("/admin/messaging/deadletter/", "force_resend"),
+    ("/admin/messaging/deadletter/", "dismiss"),
+    ("/admin/messaging/apikey/", "revoke"),
+    ("/admin/ingestion/ingestionevent/", "reprocess"),
+]
+
+
+def _target(url: str, alice, entry, unprocessed) -> int:
+    from messaging.models import ApiKey
+
+    if "deadletter" in url:
+        return entry.pk
+    if "apikey" in url:
+        return ApiKey.objects.filter(project=alice.project).order_by("pk").first().pk
+    return unprocessed.pk
+
+
+def _snapshot(alice, entry, unprocessed) -> tuple:
+    from messaging.models import ApiKey
+
+    return (
+        tuple(DeadLetter.objects.filter(pk=entry.pk).values_list("status", "resolved_by")),
+        tuple(ApiKey.objects.filter(project=alice.project).order_by("pk").values_list("revoked_at", flat=True)),
+        tuple(IngestionEvent.objects.filter(pk=unprocessed.pk).values_list("processed_at", flat=True)),
+    )
+
+
+@pytest.mark.parametrize("url,action", ACTIONS)
+def test_view_only_staff_neither_see_nor_run_the_actions(viewer, alice, entry, unprocessed, url, action):
+    listing = viewer.get(url)
+    assert listing.status_code == 200
+    assert f'value="{action}"'.encode() not in listing.content
+    before = _snapshot(alice, entry, unprocessed)
+
+    response = viewer.post(url, {"action": action, "_selected_action": [_target(url, alice, entry, unprocessed)]})
+
+    assert response.status_code < 500
+    assert _snapshot(alice, entry, unprocessed) == before
+
+
+@pytest.mark.parametrize("url,action", ACTIONS)
+def test_staff_with_change_permission_see_and_run_the_actions(alice, entry, unprocessed, url, action):
+    editor = _staff("editor", "view_deadletter", "change_deadletter", "view_apikey", "change_apikey",
+                    "view_ingestionevent", "change_ingestionevent")
+    assert f'value="{action}"'.encode() in editor.get(url).content
+    before = _snapshot(alice, entry, unprocessed)
+
+    editor.post(url, {"action": action, "_selected_action": [_target(url, alice, entry, unprocessed)]})
+
+    assert _snapshot(alice, entry, unprocessed) != before

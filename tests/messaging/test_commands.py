@@ -61,3 +61,97 @@ def test_a_revoked_key_gets_401(db):
     assert client.get("/v1/messages").status_code == 401
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {created['test_api_key']}")
     assert client.get("/v1/messages").status_code == 200
+
+
+def refused(capsys, *args: str) -> dict:
+    """Run a command that must fail: CommandError (exit 1 under manage.py), a JSON error on stderr, nothing on stdout."""
+    capsys.readouterr()
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command(*args, stdout=out)
+    assert out.getvalue() == ""
+    return json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+
+
+def _shared_prefix_keys(project: Project) -> list[ApiKey]:
+    # Two live keys whose 12-character display prefix is the same (64^4 prefixes: it happens).
+    keys = [ApiKey.issue(project, "LIVE")[0] for _ in range(2)]
+    ApiKey.objects.filter(pk__in=[k.pk for k in keys]).update(display_prefix="ps_live_SaMe")
+    return keys
+
+
+def test_revoke_key_refuses_an_ambiguous_prefix_and_revokes_nothing(db, capsys):
+    project = Project.objects.get(pk=run("create_project", "--name", "Shop", "--test-number", "+5511999990000")["project_id"])
+    first, second = _shared_prefix_keys(project)
+
+    error = refused(capsys, "revoke_key", "--prefix", "ps_live_SaMe")
+
+    assert "ambiguous" in error["error"] and str(first.pk) in error["error"] and str(second.pk) in error["error"]
+    assert ApiKey.objects.filter(pk__in=[first.pk, second.pk], revoked_at__isnull=True).count() == 2
+
+
+def test_revoke_key_by_full_key_id_revokes_that_key_only(db):
+    project = Project.objects.get(pk=run("create_project", "--name", "Shop", "--test-number", "+5511999990000")["project_id"])
+    first, second = _shared_prefix_keys(project)
+
+    assert run("revoke_key", "--key-id", str(first.pk)) == {"revoked": [first.pk]}
+
+    first.refresh_from_db(), second.refresh_from_db()
+    assert first.revoked_at is not None and second.revoked_at is None
+
+
+@pytest.mark.parametrize("args", [
+    ["--key-id", "999999"],                 # no such key
+    ["--key-id", "99999999999999999999999"],  # out of range
+    [],                                     # neither
+    ["--key-id", "1", "--prefix", "ps_live_AbCd"],  # both
+])
+def test_revoke_key_refuses_a_missing_or_unclear_key(db, capsys, args):
+    assert refused(capsys, "revoke_key", *args)["error"]
+
+
+def test_create_member_refuses_an_existing_user_without_reset_password(db, capsys):
+    from django.contrib.auth import get_user_model
+
+    project = run("create_project", "--name", "Shop", "--test-number", "+5511999990000")["project_id"]
+    run("create_member", "--project", str(project), "--username", "ana", "--password", "pw-123456")
+    user = get_user_model().objects.get(username="ana")
+    before = user.password
+
+    error = refused(capsys, "create_member", "--project", str(project), "--username", "ana", "--password", "other-pw-1")
+
+    assert "already exists" in error["error"] and "--reset-password" in error["error"]
+    user.refresh_from_db()
+    assert user.password == before and user.check_password("pw-123456")
+
+
+def test_create_member_resets_a_members_password_when_asked(db):
+    from django.contrib.auth import get_user_model
+
+    first = run("create_project", "--name", "Shop", "--test-number", "+5511999990000")["project_id"]
+    second = run("create_project", "--name", "Shop 2", "--test-number", "+5511999990000")["project_id"]
+    created = run("create_member", "--project", str(first), "--username", "ana", "--password", "pw-123456")
+
+    again = run("create_member", "--project", str(second), "--username", "ana", "--password", "new-pw-789",
+                "--reset-password")
+
+    assert again == created
+    user = get_user_model().objects.get(username="ana")
+    assert user.check_password("new-pw-789")
+    assert set(user.projects.values_list("pk", flat=True)) == {first, second}
+
+
+@pytest.mark.parametrize("flags", [[], ["--reset-password"]])
+def test_create_member_never_touches_a_superuser(db, capsys, flags):
+    from django.contrib.auth import get_user_model
+
+    project = run("create_project", "--name", "Shop", "--test-number", "+5511999990000")["project_id"]
+    root = get_user_model().objects.create_superuser("root", "root@example.com", "root-password-123")
+    before = root.password
+
+    error = refused(capsys, "create_member", "--project", str(project), "--username", "root",
+                    "--password", "taken-over-1", *flags)
+
+    assert "superuser" in error["error"]
+    root.refresh_from_db()
+    assert root.password == before and not root.projects.exists()
