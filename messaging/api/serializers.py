@@ -15,8 +15,14 @@ from .. import rules
 from ..accept import SendRequest
 from ..models import Category, Priority
 
-MAX_TEXT_LENGTH = 4096
-MAX_METADATA_BYTES = 4096
+# Bounds of a send (issue 21: bounded work per request). Each is checked by the serializer and by
+# the plain path below alike, before anything is stored; breaking one is a 400 `invalid_request`
+# naming the field.
+MAX_TEXT_LENGTH = 4096  # the template as given; once rendered it must fit rules.MAX_RENDERED_LENGTH too
+MAX_METADATA_BYTES = 4096  # metadata as JSON
+MAX_VARIABLES = 100  # names in `variables`, used or not
+MAX_VARIABLE_NAME_LENGTH = 64  # a name; the template's {{name}} has no length limit of its own
+MAX_VARIABLE_VALUE_LENGTH = rules.MAX_RENDERED_LENGTH  # a string value: a longer one can never fit
 
 
 class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -78,10 +84,26 @@ def text_problem(value: str) -> str | None:
 
 
 def variables_problem(value: dict[str, Any]) -> str | None:
+    if len(value) > MAX_VARIABLES:
+        return f"At most {MAX_VARIABLES} variables."
     for name, item in value.items():
+        if len(name) > MAX_VARIABLE_NAME_LENGTH:  # first: the messages below quote the name
+            return f"A variable name is longer than {MAX_VARIABLE_NAME_LENGTH} characters."
         if not isinstance(item, (str, int, float, bool)) or item is None:
             return f"Variable {name!r} must be a string, number or boolean."
+        if type(item) is str and len(item) > MAX_VARIABLE_VALUE_LENGTH:
+            return f"Variable {name!r} is longer than {MAX_VARIABLE_VALUE_LENGTH} characters."
     return storable(value)
+
+
+def rendered_problem(template: str, variables: dict[str, Any]) -> str | None:
+    """The rendered text's length, measured before it is rendered (the check costs one pass over
+    the template, whatever the values)."""
+    length = rules.rendered_length(template, variables)
+    if length > rules.MAX_RENDERED_LENGTH:
+        return (f"The text is {length} characters once its variables are filled in; "
+                f"at most {rules.MAX_RENDERED_LENGTH} (WhatsApp's limit).")
+    return None
 
 
 def metadata_problem(value: dict[str, Any]) -> str | None:
@@ -155,6 +177,8 @@ class SendMessageSerializer(StrictSerializer):
             raise serializers.ValidationError(
                 {"variables": [f"Missing template variable(s): {', '.join(missing)}."]}
             )
+        if problem := rendered_problem(attrs["text"], attrs["variables"]):
+            raise serializers.ValidationError({"text": [problem]})
         deliver_until = attrs.get("deliverUntil")
         if deliver_until is not None:
             code = rules.check_deliver_until(attrs["category"], deliver_until, timezone.now())
@@ -269,7 +293,7 @@ def plain_send_request(data: Any) -> SendRequest | None:
         return None
     if variables is None or metadata is None or (raw is not None and instance is None):
         return None
-    if rules.missing_variables(text, variables):
+    if rules.missing_variables(text, variables) or rendered_problem(text, variables):
         return None
     return SendRequest(to=to, category=category, template=text, variables=variables, instance=instance,
                        deliver_until=None, priority=priority, metadata=metadata)

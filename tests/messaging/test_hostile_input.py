@@ -1,0 +1,155 @@
+"""Hostile input on the client API (issue 21): bounded work per request, no 5xx for any malformed input.
+
+Every /v1 endpoint, fed what a careless or hostile client sends: text that renders past WhatsApp's
+4,096 characters, JSON nested thousands of levels deep, numbers of thousands of digits, lone
+surrogates, NUL, truncated UTF-8, a wrong type in every field, junk in the credentials, the
+Idempotency-Key, the query and the path. Each answer is a 4xx in the JSON error envelope and
+nothing is stored. The last tests post the same bodies to a real gunicorn process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from messaging import opt_ins
+from messaging.api.serializers import (
+    MAX_VARIABLE_NAME_LENGTH,
+    MAX_VARIABLE_VALUE_LENGTH,
+    MAX_VARIABLES,
+)
+from messaging.models import IdempotencyRecord, Message, MessageEvent, OptIn, OutboxEntry
+from messaging.rules import MAX_RENDERED_LENGTH
+from pilot_status.jsonbody import MAX_DEPTH
+
+SEND = "/v1/messages/send"
+TO = "+5511988887777"
+
+
+def encoded(data: Any) -> bytes:
+    # json.dumps escapes a lone surrogate as \ud800, as a client's JSON library would.
+    return json.dumps(data).encode()
+
+
+def send_body(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"to": TO, "category": "UTILITY", "text": "Hello {{name}}", "variables": {"name": "Ana"}}
+    data.update(changes)
+    return data
+
+
+def stored() -> tuple[int, ...]:
+    return (
+        Message.objects.count(),
+        MessageEvent.objects.count(),
+        OutboxEntry.objects.count(),
+        IdempotencyRecord.objects.count(),
+        OptIn.objects.count(),
+    )
+
+
+def assert_envelope(response: Any, status: int, *codes: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content[:500]
+    assert response["Content-Type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) == {"code", "message", "details"}
+    if codes:
+        assert error["code"] in codes, error
+    return dict(error)
+
+
+def post(client: Any, url: str, raw: bytes, **headers: Any) -> Any:
+    return client.post(url, data=raw, content_type="application/json", **headers)
+
+
+def call(client: Any, method: str, url: str, raw: bytes = b"{}") -> Any:
+    if method == "get":
+        return client.get(url)
+    return getattr(client, method)(url, data=raw, content_type="application/json")
+
+
+@pytest.fixture
+def opted_in(alice: Any) -> None:
+    opt_ins.record(alice.project, TO, "checkout")
+
+
+# ---- 1. the rendered text --------------------------------------------------------------------
+
+
+def test_the_issues_amplification_is_refused_and_nothing_is_stored(alice, alice_instance, opted_in):
+    # 64 KB on the wire, 48,000,000 characters once rendered: it used to be accepted and stored.
+    raw = encoded(send_body(text="{{v}}" * 800, variables={"v": "x" * 60_000}))
+    assert len(raw) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    before = stored()
+
+    error = assert_envelope(post(alice.client(), SEND, raw), 400, "invalid_request")
+
+    assert set(error["details"]["fields"]) & {"text", "variables"}
+    assert stored() == before
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_text_that_renders_past_the_limit_is_400_naming_text(alice, alice_instance, opted_in, idempotent):
+    value = "y" * 100
+    data = send_body(text="{{v}}" * 41, variables={"v": value})  # 4,100 characters rendered
+    headers = {"HTTP_IDEMPOTENCY_KEY": "render-1"} if idempotent else {}
+    before = stored()
+
+    error = assert_envelope(alice.client().post(SEND, data, format="json", **headers), 400, "invalid_request")
+
+    assert list(error["details"]["fields"]) == ["text"]
+    assert str(MAX_RENDERED_LENGTH) in error["details"]["fields"]["text"][0]
+    assert stored() == before
+
+
+@pytest.mark.parametrize(
+    "text, variables",
+    [
+        ("{{n}}" * 820, {"n": 12345}),  # numbers render as their text: 4,100
+        ("{{b}} " * 683, {"b": False}),  # "False " * 683 = 4,098
+        ("{{ a }}{{b}}" + "z" * 4000, {"a": "a" * 50, "b": "b" * 50}),
+    ],
+)
+def test_numbers_booleans_and_several_variables_count_as_rendered(alice, alice_instance, opted_in, text, variables):
+    response = alice.client().post(SEND, send_body(text=text, variables=variables), format="json")
+    assert "text" in assert_envelope(response, 400, "invalid_request")["details"]["fields"]
+    assert Message.objects.count() == 0
+
+
+def test_a_text_that_renders_to_exactly_the_limit_is_accepted(alice, alice_instance, opted_in):
+    text = "{{v}}" * 40 + "x" * 96
+    response = alice.client().post(SEND, send_body(text=text, variables={"v": "y" * 100}), format="json")
+
+    assert response.status_code == 202, response.content
+    assert len(Message.objects.get().text) == MAX_RENDERED_LENGTH == 4096
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {"name": "Ana", "long": "v" * (MAX_VARIABLE_VALUE_LENGTH + 1)},  # unused, still bounded
+        {"name": "Ana", **{f"v{i}": i for i in range(MAX_VARIABLES)}},
+        {"name": "Ana", "n" * (MAX_VARIABLE_NAME_LENGTH + 1): 1},
+    ],
+    ids=["value", "count", "name"],
+)
+def test_variable_values_names_and_count_are_bounded(alice, alice_instance, opted_in, variables):
+    response = alice.client().post(SEND, send_body(variables=variables), format="json")
+    assert list(assert_envelope(response, 400, "invalid_request")["details"]["fields"]) == ["variables"]
+    assert Message.objects.count() == 0
+
+
+def test_the_bounds_themselves_are_accepted(alice, alice_instance, opted_in):
+    variables = {f"v{i}": i for i in range(MAX_VARIABLES - 2)}
+    variables["name"] = "n" * MAX_VARIABLE_VALUE_LENGTH
+    variables["n" * MAX_VARIABLE_NAME_LENGTH] = 1
+    response = alice.client().post(SEND, send_body(text="{{name}}", variables=variables), format="json")
+    assert response.status_code == 202, response.content
