@@ -45,6 +45,23 @@ def _message(exc: exceptions.APIException) -> str:
     return str(detail) if not isinstance(detail, (list, dict)) else str(exc.default_detail)
 
 
+def _encodable(detail: Any) -> Any:
+    """DRF echoes some input in its errors (an unknown field's name, a choice that is not one). The
+    renderer writes UTF-8, which a lone surrogate (`"\\ud800"` in the body) cannot be: a 500. Such
+    text is shown escaped instead; everything else is returned as it is."""
+    if isinstance(detail, str):
+        try:
+            detail.encode()
+        except UnicodeEncodeError:
+            return detail.encode("utf-8", "backslashreplace").decode()
+        return detail
+    if isinstance(detail, dict):
+        return {_encodable(key): _encodable(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        return [_encodable(item) for item in detail]
+    return detail
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, Rejected):
         return Response(exc.as_body(), status=exc.status, headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
@@ -74,7 +91,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         code = next((c for cls, c in _CODES if isinstance(exc, cls)), "error")
         details: dict[str, Any] = {}
         if isinstance(exc, exceptions.ValidationError):
-            details = {"fields": exc.detail}
+            details = {"fields": _encodable(exc.detail)}
         headers: dict[str, str] = {}
         wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
         if wait is not None:

@@ -17,7 +17,9 @@ from ..models import Category, Priority
 
 # Bounds of a send (issue 21: bounded work per request). Each is checked by the serializer and by
 # the plain path below alike, before anything is stored; breaking one is a 400 `invalid_request`
-# naming the field.
+# naming the field. The body as a whole is bounded before that: at most DATA_UPLOAD_MAX_MEMORY_SIZE
+# bytes (413), JSON at most jsonbody.MAX_DEPTH deep with numbers of at most
+# jsonbody.MAX_NUMBER_CHARACTERS characters (400 `invalid_json`, pilot_status.parsers).
 MAX_TEXT_LENGTH = 4096  # the template as given; once rendered it must fit rules.MAX_RENDERED_LENGTH too
 MAX_METADATA_BYTES = 4096  # metadata as JSON
 MAX_VARIABLES = 100  # names in `variables`, used or not

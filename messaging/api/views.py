@@ -17,6 +17,7 @@ from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from pilot_status import jsonbody
 from pilot_status.api import ClientApiView
 
 from .. import opt_ins
@@ -35,10 +36,12 @@ from .serializers import (
 
 
 def _request_hash(raw: bytes) -> str:
-    # Same JSON, different spacing or key order, is the same request.
+    # Same JSON, different spacing or key order, is the same request. Read within jsonbody's
+    # bounds (json.loads alone raised RecursionError on deep nesting: a 500); a body it refuses
+    # is hashed as sent, and answered 400 by the parser.
     try:
-        canonical = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
-    except (ValueError, UnicodeDecodeError):
+        canonical = json.dumps(jsonbody.loads(raw), sort_keys=True, separators=(",", ":")).encode()
+    except jsonbody.JsonBodyError:
         canonical = raw
     return hashlib.sha256(canonical).hexdigest()
 

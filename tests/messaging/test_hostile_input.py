@@ -153,3 +153,68 @@ def test_the_bounds_themselves_are_accepted(alice, alice_instance, opted_in):
     variables["n" * MAX_VARIABLE_NAME_LENGTH] = 1
     response = alice.client().post(SEND, send_body(text="{{name}}", variables=variables), format="json")
     assert response.status_code == 202, response.content
+
+
+# ---- 2. bodies that are not JSON we take -------------------------------------------------------
+
+DEEP = 5_000
+
+BAD_JSON = {
+    "deep array in a field": b'{"to":' + b"[" * DEEP + b"]" * DEEP + b"}",
+    "deep array": b"[" * DEEP + b"]" * DEEP,
+    "deep object": b'{"a":' * DEEP + b"1" + b"}" * DEEP,
+    "just past the depth bound": encoded(send_body(metadata=json.loads('{"a":' * MAX_DEPTH + "1" + "}" * MAX_DEPTH))),
+    "4,000-digit integer": b'{"to":"' + TO.encode() + b'","category":"UTILITY","text":"{{a}}","variables":{"a":'
+    + b"9" * 4_000 + b"}}",
+    "5,000-digit integer": b'{"variables":{"a":' + b"9" * 5_000 + b"}}",
+    "100-digit decimal": b'{"metadata":{"a":1.' + b"0" * 100 + b"}}",
+    "huge exponent": b'{"metadata":{"a":1e999999}}',
+    "NaN": b'{"metadata":{"a":NaN}}',
+    "Infinity": b'{"metadata":{"a":-Infinity}}',
+    "truncated UTF-8": b'{"to":"\xc3',
+    "truncated UTF-8 in a string": b'{"text":"\xe2\x82"}',
+    "invalid UTF-8": b'{"text":"\xff\xfe"}',
+    "UTF-8-encoded surrogate": b'{"text":"\xed\xa0\x80"}',
+    "UTF-16 with a BOM": '{"text":"x"}'.encode("utf-16"),
+    "UTF-8 BOM": b'\xef\xbb\xbf{"text":"x"}',
+    "truncated JSON": b'{"to":"+55',
+    "NUL byte outside strings": b'{"to"\x00:1}',
+    "empty object key surrogate": b'{"\\ud800":1}',
+    "array": b"[1,2]",
+    "string": b'"text"',
+    "number": b"12",
+    "null": b"null",
+    "true": b"true",
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_JSON))
+@pytest.mark.parametrize("idempotent", [False, True], ids=["", "idempotency-key"])
+def test_a_send_body_we_do_not_take_is_400(alice, alice_instance, opted_in, name, idempotent):
+    headers = {"HTTP_IDEMPOTENCY_KEY": f"bad-{name}"} if idempotent else {}
+    before = stored()
+    response = post(alice.client(), SEND, BAD_JSON[name], **headers)
+    assert_envelope(response, 400, "invalid_json", "invalid_request")
+    assert stored() == before
+
+
+@pytest.mark.parametrize("name", list(BAD_JSON))
+@pytest.mark.parametrize("url", ["/v1/opt-ins", "/v1/dead-letters/1/resend", "/v1/dead-letters/1/dismiss"])
+def test_every_body_endpoint_answers_400_to_them(alice, url, name):
+    before = stored()
+    response = post(alice.client(), url, BAD_JSON[name])
+    if url.startswith("/v1/dead-letters/") and name == "null":
+        assert_envelope(response, 404, "not_found")  # the body is optional there: null is no body
+    else:
+        assert_envelope(response, 400, "invalid_json", "invalid_request")
+    assert stored() == before
+
+
+def test_a_deep_body_names_the_bound(alice, alice_instance):
+    error = assert_envelope(post(alice.client(), SEND, BAD_JSON["deep array"]), 400, "invalid_json")
+    assert str(MAX_DEPTH) in error["message"]
+
+
+def test_a_charset_that_is_not_text_is_refused(alice, alice_instance):
+    response = alice.client().post(SEND, data=b"x", content_type="application/json; charset=bz2_codec")
+    assert_envelope(response, 400, "invalid_json")
