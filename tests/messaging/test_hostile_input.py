@@ -218,3 +218,65 @@ def test_a_deep_body_names_the_bound(alice, alice_instance):
 def test_a_charset_that_is_not_text_is_refused(alice, alice_instance):
     response = alice.client().post(SEND, data=b"x", content_type="application/json; charset=bz2_codec")
     assert_envelope(response, 400, "invalid_json")
+
+
+# ---- 3. a wrong value in every field -----------------------------------------------------------
+
+ANY_WRONG: list[Any] = [1, -1, 1.5, 10**30, True, False, [], ["x"], {}, {"a": 1}, "\ud800", "a\udfffb", "\x00"]
+
+WRONG_SEND = {
+    "to": [*ANY_WRONG, None, "", 5511988887777, TO + "\x00", "+" + "5" * 5000, "x" * 5000, "+５５１１９８８８８７７７７x"],
+    "category": [*ANY_WRONG, None, "", "utility", "UTILITY\x00", "x" * 5000],
+    "text": [*ANY_WRONG, None, "", "   ", "x" * 5000],
+    "variables": [1, True, "x", [], ["name"], {"name": None}, {"name": []}, {"name": {"a": 1}}, {"name": "\ud800"},
+                  {"name": "\x00"}, {"name": "Ana", "\ud800": 1}, {"name": "Ana", "a\x00": 1}, {}],
+    "instance": [*ANY_WRONG, "", "  ", "x" * 5000],
+    "deliverUntil": [*ANY_WRONG, "", "soon", "2026-13-45T00:00:00Z", "9999-12-31T23:59:59Z",
+                     "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "1" * 40, "x" * 5000],
+    "priority": [*ANY_WRONG, "", "URGENT", "x" * 5000],
+    "metadata": [1, True, "x", [], [1], {"\ud800": 1}, {"a": "\ud800"}, {"a": "\x00"}, {"\x00": 1},
+                 {"a": ["b", {"c": "\udc00"}]}, {"big": "x" * 5000}],
+    "\ud800": [1],
+    "\x00": [1],
+    "": [1],
+}
+
+
+def shown(name: str) -> str:
+    # An unknown field's name is echoed in the error; a lone surrogate there is shown escaped.
+    return name.encode("utf-8", "backslashreplace").decode()
+
+
+def _cases(table: dict[str, list[Any]]) -> list[Any]:
+    return [pytest.param(field, value, id=f"{field!r}={value!r}"[:60]) for field, values in table.items() for value in values]
+
+
+@pytest.mark.parametrize("field, value", _cases(WRONG_SEND))
+def test_a_wrong_value_in_any_send_field_is_400_naming_it(alice, alice_instance, opted_in, field, value):
+    before = stored()
+    response = post(alice.client(), SEND, encoded(send_body(**{field: value})))
+    fields = assert_envelope(response, 400, "invalid_request")["details"]["fields"]
+    assert shown(field) in fields, fields
+    assert stored() == before
+
+
+WRONG_OPT_IN = {
+    "phone": [*ANY_WRONG, None, "", "+551", TO + "\x00", "+" + "5" * 5000, "x" * 5000],
+    "source": [*ANY_WRONG, None, "x" * 201, "x" * 5000],
+    "\ud800": [1],
+    "extra": [None],
+}
+
+
+@pytest.mark.parametrize("field, value", _cases(WRONG_OPT_IN))
+def test_a_wrong_value_in_any_opt_in_field_is_400_naming_it(alice, field, value):
+    data = {"phone": TO, "source": "checkout", field: value}
+    response = post(alice.client(), "/v1/opt-ins", encoded(data))
+    assert shown(field) in assert_envelope(response, 400, "invalid_request")["details"]["fields"]
+    assert OptIn.objects.count() == 0
+
+
+@pytest.mark.parametrize("value", [*ANY_WRONG, "soon", "x" * 5000])
+def test_a_wrong_deliver_until_on_a_resend_is_400(alice, value):
+    response = post(alice.client(), "/v1/dead-letters/1/resend", encoded({"deliverUntil": value}))
+    assert "deliverUntil" in assert_envelope(response, 400, "invalid_request")["details"]["fields"]

@@ -56,6 +56,7 @@ PLAIN = [
     body(text="{{n}}" * 819, variables={"n": 1}),
     body(text="{{name}}", variables={"name": "n" * MAX_VARIABLE_VALUE_LENGTH, **{f"v{i}": i for i in range(MAX_VARIABLES - 1)}}),
     body(variables={"name": "Ana", "n" * MAX_VARIABLE_NAME_LENGTH: 1}),
+    body(to="+55 (11) 98888-7777" + " " * 13),
 ]
 
 # Bodies the serializer refuses, or accepts only with a conversion: the plain path must decline.
@@ -110,6 +111,9 @@ DECLINED = [
     body(variables={"name": "n" * (MAX_VARIABLE_VALUE_LENGTH + 1)}),
     body(variables={"name": "Ana", **{f"v{i}": i for i in range(MAX_VARIABLES)}}),
     body(variables={"name": "Ana", "n" * (MAX_VARIABLE_NAME_LENGTH + 1): 1}),
+    body(to="+55" + " " * 30 + "11988887777"),  # a valid number, written longer than MAX_PHONE_LENGTH
+    body(text=4096.5),
+    body(instance=1.5),
 ]
 
 
@@ -170,7 +174,7 @@ def test_a_usual_send_is_accepted_without_the_serializer(alice, alice_instance, 
 @pytest.mark.parametrize(
     "data",
     [body(to="+55 11 x"), body(text="", category="utility"), body(variables={"name": None}), body(deliverUntil="soon"),
-     body(text="{{name}}" * 41, variables={"name": "y" * 100})],
+     body(text="{{name}}" * 41, variables={"name": "y" * 100}), body(text=7)],
 )
 def test_a_refused_body_answers_the_serializers_errors(alice, alice_instance, opted_in, data):
     serializer = SendMessageSerializer(data=copy.deepcopy(data))
