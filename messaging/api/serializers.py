@@ -19,13 +19,13 @@ from ..models import Category, Priority
 # serializer and by the plain path below alike, before anything is stored; breaking one is a 400
 # `invalid_request` naming the field. The body as a whole is bounded before that: at most
 # DATA_UPLOAD_MAX_MEMORY_SIZE bytes (413), JSON at most jsonbody.MAX_DEPTH deep with numbers of at
-# most jsonbody.MAX_NUMBER_CHARACTERS characters (400 `invalid_json`, pilot_status.parsers).
+# most jsonbody.MAX_NUMBER_CHARACTERS characters (400 `invalid_json`).
 MAX_TEXT_LENGTH = 4096  # the template as given; once rendered it must fit rules.MAX_RENDERED_LENGTH too
 MAX_METADATA_BYTES = 4096  # metadata as JSON
 MAX_VARIABLES = 100  # names in `variables`, used or not
 MAX_VARIABLE_NAME_LENGTH = 64  # a name; the template's {{name}} has no length limit of its own
 MAX_VARIABLE_VALUE_LENGTH = rules.MAX_RENDERED_LENGTH  # a string value: a longer one can never fit
-MAX_PHONE_LENGTH = 32  # `to` and an opt-in's `phone`, as written (separators included)
+MAX_PHONE_LENGTH = 32  # `to`, an opt-in's `phone` and the revoke path, as written (separators included)
 MAX_INSTANCE_NAME_LENGTH = 100  # `instance`
 MAX_SOURCE_LENGTH = 200  # an opt-in's `source`
 
@@ -58,6 +58,11 @@ def given_params(request: Any) -> dict[str, str]:
 # else — "ext 12", "x3", letters — would be dropped by the parser, and the message would go to a
 # number the client did not write.
 PHONE_CHARACTERS = re.compile(r"^[+\d\s().\-]+$")
+
+
+def phone_shaped(raw: str) -> bool:
+    """Whether a phone given outside a body (the revoke path) has PhoneField's shape."""
+    return len(raw) <= MAX_PHONE_LENGTH and PHONE_CHARACTERS.match(raw) is not None
 
 
 def storable(value: Any, path: str = "") -> str | None:

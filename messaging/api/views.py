@@ -31,8 +31,27 @@ from .serializers import (
     OptInSerializer,
     SendMessageSerializer,
     given_params,
+    phone_shaped,
     send_request,
 )
+
+
+# An Idempotency-Key: at most this many characters, each visible ASCII or a space (the
+# Idempotency-Key header draft's sf-string). Checked before the key is looked up or stored.
+MAX_IDEMPOTENCY_KEY_LENGTH = 255
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key: str | None = request.META.get("HTTP_IDEMPOTENCY_KEY") or None
+    if key is None:
+        return None
+    if len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+        problem = f"Idempotency-Key must be at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters."
+    elif not (key.isascii() and key.isprintable()):
+        problem = "Idempotency-Key may only hold visible ASCII characters and spaces."
+    else:
+        return key
+    raise Rejected(400, "invalid_request", problem, {"fields": {"idempotencyKey": [problem]}})
 
 
 def _request_hash(raw: bytes) -> str:
@@ -65,11 +84,9 @@ class SendMessageView(ClientApiView):
         responses=schema.responses(202, schema.AcceptedMessage, 400, 401, 403, 409, 413, 415, 422, 429),
     )
     def post(self, request: Request) -> HttpResponse:
-        idempotency_key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None
+        idempotency_key = _idempotency_key(request)
         request_hash = ""
         if idempotency_key is not None:
-            if len(idempotency_key) > 255:
-                raise Rejected(400, "invalid_request", "Idempotency-Key must be at most 255 characters.")
             request_hash = _request_hash(request._request.body)
         problem: exceptions.APIException | None = None
         try:
@@ -219,7 +236,9 @@ class OptInDetailView(ClientApiView):
         responses=schema.responses(200, schema.OptIn, 401, 404, 429),
     )
     def delete(self, request: Request, phone: str) -> Response:
-        opt_in = opt_ins.revoke(self.project, phone, self.api_key)
+        # The path is held to PhoneField's shape first: phonenumbers reads past trailing junk, so
+        # `+5511988887777%00` would otherwise revoke +5511988887777.
+        opt_in = opt_ins.revoke(self.project, phone, self.api_key) if phone_shaped(phone) else None
         if opt_in is None:
             raise exceptions.NotFound("No live opt-in for this phone.")
         return Response(_opt_in_body(opt_in))
