@@ -424,3 +424,166 @@ def test_revoking_with_another_scripts_digits_finds_the_same_number(alice):
     opt_ins.record(alice.project, TO, "form")
     fullwidth = "+" + "".join(chr(ord("０") + int(d)) for d in TO[1:])
     assert alice.client().delete(f"/v1/opt-ins/{fullwidth}").status_code == 200
+
+
+# ---- 6. the same bodies through gunicorn -----------------------------------------------------
+
+
+class Gunicorn:
+    """One gunicorn web process (the client API's pool as the Procfile runs it) on the test database."""
+
+    def __init__(self) -> None:
+        from tests.support.processes import free_port, test_database_url
+
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "pilot_status.wsgi:application", "-b", f"127.0.0.1:{self.port}",
+             "-w", "1", "--timeout", "30", "--graceful-timeout", "5"],
+            env={**os.environ, "DATABASE_URL": test_database_url(), "API_KEY_CACHE_SECONDS": "0"},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        )
+
+    def request(self, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
+        """Send raw bytes (a client library would refuse half of these headers); the status and body."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as sock:
+            sock.sendall(head + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        if b"transfer-encoding: chunked" in head.lower():
+            body = _dechunk(body)
+        return int(head.split(None, 2)[1]), body
+
+
+def _dechunk(raw: bytes) -> bytes:
+    body = b""
+    while raw:
+        size, _, raw = raw.partition(b"\r\n")
+        length = int(size.split(b";")[0], 16)
+        if length == 0:
+            break
+        body, raw = body + raw[:length], raw[length + 2:]
+    return body
+
+
+@pytest.fixture(scope="module")
+def served(django_db_setup: Any, django_db_blocker: Any) -> Iterator[tuple[Gunicorn, Any]]:
+    """gunicorn, and alice with her instance and an opt-in committed for it to see.
+
+    Committed once for the module (a flush per test would cost more than the requests), and
+    flushed at the end; each test compares what is stored before and after its requests."""
+    from django.core.management import call_command
+
+    from tests.conftest import add_instance, make_actor
+    from tests.support.processes import wait_for_port
+
+    with django_db_blocker.unblock():
+        alice = make_actor("Alice Store", "+5511999990001")
+        add_instance(alice.project, "alice-main")
+        opt_ins.record(alice.project, TO, "checkout")
+    server = Gunicorn()
+    try:
+        wait_for_port(server.port, proc=server.proc)
+        yield server, alice
+    finally:
+        server.proc.terminate()
+        try:
+            server.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+        with django_db_blocker.unblock():
+            call_command("flush", interactive=False, verbosity=0)
+
+
+def _head(method: str, path: str, key: str, extra: bytes = b"") -> bytes:
+    content_type = b"" if extra.startswith(b"Content-Type:") else b"Content-Type: application/json\r\n"
+    return f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n".encode() + content_type + extra
+
+
+# Control characters in a header: gunicorn refuses the request itself (400, plain text) before
+# Django sees it (gunicorn.http.message).
+RFC9110_5_5_INVALID_AND_DANGEROUS = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+HOSTILE_OVER_HTTP = {
+    **{f"body: {name}": (SEND, b"", raw) for name, raw in BAD_JSON.items()},
+    "body: amplification": (SEND, b"", encoded(send_body(text="{{v}}" * 800, variables={"v": "x" * 60_000}))),
+    "body: renders past 4096": (SEND, b"", encoded(send_body(text="{{v}}" * 41, variables={"v": "y" * 100}))),
+    "body: surrogate text": (SEND, b"", encoded(send_body(text="\ud800"))),
+    "body: NUL text": (SEND, b"", encoded(send_body(text="a\x00b"))),
+    "body: surrogate category": (SEND, b"", encoded(send_body(category="\udfff"))),
+    "body: surrogate field name": (SEND, b"", encoded({**send_body(), "\ud800": 1})),
+    "body: text as a number": (SEND, b"", encoded(send_body(text=12345))),
+    "body: wrong types": (SEND, b"", encoded({"to": [], "category": {}, "text": 1, "variables": "x", "priority": True})),
+    "opt-in: deep": ("/v1/opt-ins", b"", BAD_JSON["deep object"]),
+    "opt-in: surrogate source": ("/v1/opt-ins", b"", encoded({"phone": TO, "source": "\ud800"})),
+    "resend: deep": ("/v1/dead-letters/1/resend", b"", BAD_JSON["deep array"]),
+    "header: idempotency NUL": (SEND, b"Idempotency-Key: a\x00b\r\n", encoded(send_body())),
+    "header: idempotency latin-1": (SEND, b"Idempotency-Key: \xe9\xff\r\n", encoded(send_body())),
+    "header: idempotency UTF-8": (SEND, "Idempotency-Key: ключ\r\n".encode(), encoded(send_body())),
+    "header: idempotency 8 KB": (SEND, b"Idempotency-Key: " + b"k" * 8000 + b"\r\n", encoded(send_body())),
+    "header: idempotency and a deep body": (SEND, b"Idempotency-Key: deep-1\r\n", BAD_JSON["deep array"]),
+    "header: charset NUL": (SEND, b"Content-Type: application/json; charset=\x00\r\n", encoded(send_body())),
+    "header: charset bz2": (SEND, b"Content-Type: application/json; charset=bz2_codec\r\n", b"BZh9"),
+}
+
+
+@pytest.mark.django_db  # reads at READ COMMITTED: gunicorn's commits are what is counted
+@pytest.mark.parametrize("case", list(HOSTILE_OVER_HTTP))
+def test_gunicorn_answers_hostile_requests_with_a_4xx_and_stores_nothing(served, case):
+    server, alice = served
+    path, extra, body = HOSTILE_OVER_HTTP[case]
+    before = stored()
+
+    status, answer = server.request(_head("POST", path, alice.live_key, extra), body)
+
+    assert 400 <= status < 500, (status, answer[:300])
+    if not RFC9110_5_5_INVALID_AND_DANGEROUS.search(extra):  # else gunicorn answers, in plain text
+        assert set(json.loads(answer)["error"]) == {"code", "message", "details"}
+    assert stored() == before
+
+
+JUNK_CREDENTIALS = [b"Bearer ps_live_\xe9", b"Bearer ps_live_\x00", b"Bearer ps_live_" + b"x" * 8000, b"Bearer \xff\xfe",
+                    b"\x80", b"Bearer ps_live_\xed\xa0\x80"]
+
+
+@pytest.mark.django_db  # reads at READ COMMITTED: gunicorn's commits are what is counted
+def test_gunicorn_answers_junk_credentials_with_a_4xx(served):
+    server, _ = served
+    before = stored()
+    for authorization in JUNK_CREDENTIALS:
+        head = (b"POST /v1/messages/send HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Authorization: " + authorization + b"\r\n")
+        status, answer = server.request(head, encoded(send_body()))
+        assert 400 <= status < 500, (authorization[:40], status, answer[:300])
+        if not RFC9110_5_5_INVALID_AND_DANGEROUS.search(authorization):
+            assert json.loads(answer)["error"]["code"] == "unauthorized"
+    assert stored() == before
+
+
+JUNK_TARGETS = [
+    "/v1/messages?status=%00", "/v1/messages?cursor=%FF%FE", "/v1/messages?limit=" + "9" * 3000, "/v1/messages/%00",
+    "/v1/messages/%ED%A0%80", "/v1/opt-ins/%00", "/v1/opt-ins/%2B5511988887777%00", "/v1/opt-ins/%ED%A0%80",
+    "/v1/opt-ins/" + "9" * 3000, "/v1/dead-letters?cursor=" + "A" * 3000, "/v1/dead-letters/99999999999999999999999/dismiss",
+]
+
+
+@pytest.mark.django_db  # reads at READ COMMITTED: gunicorn's commits are what is counted
+def test_gunicorn_answers_junk_queries_and_paths_with_a_4xx(served):
+    server, alice = served
+    for target in JUNK_TARGETS:
+        method = "DELETE" if target.startswith("/v1/opt-ins/") else "POST" if target.endswith("/dismiss") else "GET"
+        status, answer = server.request(_head(method, target, alice.live_key), b"{}" if method == "POST" else b"")
+        assert 400 <= status < 500, (target[:60], status, answer[:300])
+        assert set(json.loads(answer)["error"]) == {"code", "message", "details"}
+    assert OptIn.objects.get().revoked_at is None
+
+
+@pytest.mark.django_db  # reads at READ COMMITTED: gunicorn's commits are what is counted
+def test_gunicorn_still_accepts_a_good_send(served):
+    server, alice = served
+    before = Message.objects.count()
+    status, answer = server.request(_head("POST", SEND, alice.live_key), encoded(send_body()))
+    assert status == 202, answer
+    assert Message.objects.count() == before + 1
+    assert Message.objects.get(pk=json.loads(answer)["id"]).text == "Hello Ana"
