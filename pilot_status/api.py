@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.db import DatabaseError, DataError
 from django.conf import settings
 from django.http import Http404
@@ -70,6 +70,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             error_body("payload_too_large", "The request body is too large.", {"limitBytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    if isinstance(exc, TooManyFieldsSent):
+        # More query parameters than DATA_UPLOAD_MAX_NUMBER_FIELDS: Django stops parsing them.
+        return Response(
+            error_body("invalid_request", "Too many query parameters.", {"limit": settings.DATA_UPLOAD_MAX_NUMBER_FIELDS}),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        # Django's own answer to a request it refuses to read (it would be a 400 outside DRF too).
+        return Response(error_body("invalid_request", "The request could not be understood."), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     if isinstance(exc, DataError):

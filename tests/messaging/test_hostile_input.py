@@ -390,6 +390,14 @@ def test_junk_query_parameters_are_a_4xx(alice, url, query):
         assert_envelope(response, 400, "invalid_request")
 
 
+@pytest.mark.parametrize("url", ["/v1/messages", "/v1/dead-letters", "/v1/instances"])
+def test_more_query_parameters_than_django_reads_is_400(alice, url):
+    # DATA_UPLOAD_MAX_NUMBER_FIELDS: Django refuses to parse the query (TooManyFieldsSent).
+    query = "&".join(f"k{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    error = assert_envelope(alice.client().get(f"{url}?{query}"), 400, "invalid_request")
+    assert error["details"] == {"limit": settings.DATA_UPLOAD_MAX_NUMBER_FIELDS}
+
+
 BAD_PATHS = [
     ("get", "/v1/messages/not-a-uuid"),
     ("get", "/v1/messages/%00"),
@@ -565,6 +573,7 @@ JUNK_TARGETS = [
     "/v1/messages?status=%00", "/v1/messages?cursor=%FF%FE", "/v1/messages?limit=" + "9" * 3000, "/v1/messages/%00",
     "/v1/messages/%ED%A0%80", "/v1/opt-ins/%00", "/v1/opt-ins/%2B5511988887777%00", "/v1/opt-ins/%ED%A0%80",
     "/v1/opt-ins/" + "9" * 3000, "/v1/dead-letters?cursor=" + "A" * 3000, "/v1/dead-letters/99999999999999999999999/dismiss",
+    "/v1/messages?" + "a&" * 1001,
 ]
 
 
