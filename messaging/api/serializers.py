@@ -165,8 +165,16 @@ class PhoneField(StrictCharField):
 class SendMessageSerializer(StrictSerializer):
     to = PhoneField(max_length=MAX_PHONE_LENGTH)
     category = serializers.ChoiceField(choices=Category.values)
-    text = StrictCharField(max_length=MAX_TEXT_LENGTH, trim_whitespace=False)
-    variables = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
+    text = StrictCharField(
+        max_length=MAX_TEXT_LENGTH, trim_whitespace=False,
+        help_text=f"The template; {{{{name}}}} takes the value of `variables.name`. At most {MAX_TEXT_LENGTH} characters as "
+        f"written and, once its variables are filled in, at most {rules.MAX_RENDERED_LENGTH} (WhatsApp's limit).",
+    )
+    variables = serializers.DictField(
+        child=serializers.JSONField(), required=False, default=dict,
+        help_text=f"Strings, numbers or booleans; at most {MAX_VARIABLES} names of at most {MAX_VARIABLE_NAME_LENGTH} "
+        f"characters, string values of at most {MAX_VARIABLE_VALUE_LENGTH}.",
+    )
     instance = StrictCharField(max_length=MAX_INSTANCE_NAME_LENGTH, required=False, allow_null=True, default=None)
     deliverUntil = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text=rules.deliver_until_help()
