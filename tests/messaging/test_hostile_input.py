@@ -434,6 +434,20 @@ def test_revoking_with_another_scripts_digits_finds_the_same_number(alice):
     assert alice.client().delete(f"/v1/opt-ins/{fullwidth}").status_code == 200
 
 
+def test_refused_instance_names_are_not_remembered(alice, alice_instance, opted_in):
+    # The process remembers each (project, named instance)'s candidates (messaging.remembered);
+    # a name that is not the project's is refused on fresh facts anyway, and must not fill it.
+    from messaging import remembered
+
+    before = len(remembered._seen)
+    for i in range(50):
+        response = alice.client().post(SEND, send_body(instance=f"not-ours-{i}"), format="json")
+        assert_envelope(response, 422, "unknown_instance")
+    assert len(remembered._seen) == before
+    assert alice.client().post(SEND, send_body(instance="alice-main"), format="json").status_code == 202
+    assert len(remembered._seen) == before + 1
+
+
 # ---- 6. the same bodies through gunicorn -----------------------------------------------------
 
 
