@@ -38,6 +38,10 @@ def candidates_seen(project: Project, req: SendRequest) -> rules.InstanceCandida
 
 
 def remember(project: Project, req: SendRequest, facts: FunnelFacts) -> None:
+    if req.instance and facts.candidates.own is None:
+        # A name that is not the project's is refused, and a refusal is always decided on fresh
+        # facts: remembering it would only let a client fill this process's memory with names.
+        return
     if len(_seen) >= SEEN_LIMIT:
         _seen.clear()
         _last_opted_in.clear()

@@ -43,6 +43,10 @@ def deliver_until_help() -> str:
 
 
 VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
+# WhatsApp's limit on a text message, checked on the text as rendered (the template with its
+# variables filled in), before anything is stored: a short template and a long value referenced
+# many times would otherwise store, send and display megabytes (issue 21).
+MAX_RENDERED_LENGTH = 4096
 
 
 def deliver_until_for(category: str, now: datetime) -> datetime:
@@ -73,6 +77,20 @@ def normalize_phone(raw: str) -> str | None:
 
 def missing_variables(template: str, variables: dict[str, object]) -> list[str]:
     return sorted({name for name in VARIABLE.findall(template) if name not in variables})
+
+
+def rendered_length(template: str, variables: dict[str, object]) -> int:
+    """len(render(template, variables)) without building the text: the template, less each
+    placeholder, plus its value as text (a missing name counts as its placeholder)."""
+    if "{{" not in template:
+        return len(template)
+    length = len(template)
+    for match in VARIABLE.finditer(template):
+        name = match.group(1)
+        if name in variables:
+            value = variables[name]
+            length += (len(value) if type(value) is str else len(str(value))) - (match.end() - match.start())
+    return length
 
 
 def render(template: str, variables: dict[str, object]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.db import DatabaseError, DataError
 from django.conf import settings
 from django.http import Http404
@@ -45,6 +45,23 @@ def _message(exc: exceptions.APIException) -> str:
     return str(detail) if not isinstance(detail, (list, dict)) else str(exc.default_detail)
 
 
+def _encodable(detail: Any) -> Any:
+    """DRF echoes some input in its errors (an unknown field's name, a choice that is not one). The
+    renderer writes UTF-8, which a lone surrogate (`"\\ud800"` in the body) cannot be: a 500. Such
+    text is shown escaped instead; everything else is returned as it is."""
+    if isinstance(detail, str):
+        try:
+            detail.encode()
+        except UnicodeEncodeError:
+            return detail.encode("utf-8", "backslashreplace").decode()
+        return detail
+    if isinstance(detail, dict):
+        return {_encodable(key): _encodable(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        return [_encodable(item) for item in detail]
+    return detail
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, Rejected):
         return Response(exc.as_body(), status=exc.status, headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
@@ -53,6 +70,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             error_body("payload_too_large", "The request body is too large.", {"limitBytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    if isinstance(exc, TooManyFieldsSent):
+        # More query parameters than DATA_UPLOAD_MAX_NUMBER_FIELDS: Django stops parsing them.
+        return Response(
+            error_body("invalid_request", "Too many query parameters.", {"limit": settings.DATA_UPLOAD_MAX_NUMBER_FIELDS}),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        # Django's own answer to a request it refuses to read (it would be a 400 outside DRF too).
+        return Response(error_body("invalid_request", "The request could not be understood."), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     if isinstance(exc, DataError):
@@ -74,7 +100,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         code = next((c for cls, c in _CODES if isinstance(exc, cls)), "error")
         details: dict[str, Any] = {}
         if isinstance(exc, exceptions.ValidationError):
-            details = {"fields": exc.detail}
+            details = {"fields": _encodable(exc.detail)}
         headers: dict[str, str] = {}
         wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
         if wait is not None:

@@ -13,6 +13,7 @@ of the current process.
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 from typing import Any
@@ -30,6 +31,11 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Default of settings.API_KEY_CACHE_SECONDS; 0 turns the cache off.
 KEY_CACHE_SECONDS = 5.0
 _CACHE_LIMIT = 10_000
+# What a key can look like (ApiKey.issue: the prefix and token_urlsafe(24), 40 characters; room for
+# longer ones). A header of another shape (non-ASCII, NUL, kilobytes long) is a 401 before it is
+# hashed or looked up (issue 21).
+MAX_API_KEY_LENGTH = 128
+KEY_SHAPE = re.compile(r"ps_(?:test|live)_[A-Za-z0-9_-]+")
 
 # key hash → (monotonic time it was read, the key with its project)
 _keys: dict[str, tuple[float, ApiKey]] = {}
@@ -65,7 +71,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         scheme, _, raw = header.partition(" ")
         raw = raw.strip()
         # The scheme is case-insensitive (RFC 9110 §11.1); the key itself is not.
-        if scheme.lower() != self.keyword.lower() or not raw.startswith(("ps_test_", "ps_live_")):
+        if (scheme.lower() != self.keyword.lower() or len(raw) > MAX_API_KEY_LENGTH
+                or KEY_SHAPE.fullmatch(raw) is None):
             raise exceptions.AuthenticationFailed("Malformed API key: expected 'Bearer ps_test_…' or 'Bearer ps_live_…'.")
         key = _cached(hash_secret(raw), time.monotonic())
         if key is None or not key.is_active:

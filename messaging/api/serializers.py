@@ -15,8 +15,19 @@ from .. import rules
 from ..accept import SendRequest
 from ..models import Category, Priority
 
-MAX_TEXT_LENGTH = 4096
-MAX_METADATA_BYTES = 4096
+# Bounds of a send and an opt-in (issue 21: bounded work per request). Each is checked by the
+# serializer and by the plain path below alike, before anything is stored; breaking one is a 400
+# `invalid_request` naming the field. The body as a whole is bounded before that: at most
+# DATA_UPLOAD_MAX_MEMORY_SIZE bytes (413), JSON at most jsonbody.MAX_DEPTH deep with numbers of at
+# most jsonbody.MAX_NUMBER_CHARACTERS characters (400 `invalid_json`).
+MAX_TEXT_LENGTH = 4096  # the template as given; once rendered it must fit rules.MAX_RENDERED_LENGTH too
+MAX_METADATA_BYTES = 4096  # metadata as JSON
+MAX_VARIABLES = 100  # names in `variables`, used or not
+MAX_VARIABLE_NAME_LENGTH = 64  # a name; the template's {{name}} has no length limit of its own
+MAX_VARIABLE_VALUE_LENGTH = rules.MAX_RENDERED_LENGTH  # a string value: a longer one can never fit
+MAX_PHONE_LENGTH = 32  # `to`, an opt-in's `phone` and the revoke path, as written (separators included)
+MAX_INSTANCE_NAME_LENGTH = 100  # `instance`
+MAX_SOURCE_LENGTH = 200  # an opt-in's `source`
 
 
 class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -49,6 +60,11 @@ def given_params(request: Any) -> dict[str, str]:
 PHONE_CHARACTERS = re.compile(r"^[+\d\s().\-]+$")
 
 
+def phone_shaped(raw: str) -> bool:
+    """Whether a phone given outside a body (the revoke path) has PhoneField's shape."""
+    return len(raw) <= MAX_PHONE_LENGTH and PHONE_CHARACTERS.match(raw) is not None
+
+
 def storable(value: Any, path: str = "") -> str | None:
     """Where a JSON value holds text Postgres cannot store (NUL, an unpaired surrogate), else None."""
     if isinstance(value, str):
@@ -78,16 +94,44 @@ def text_problem(value: str) -> str | None:
 
 
 def variables_problem(value: dict[str, Any]) -> str | None:
+    if len(value) > MAX_VARIABLES:
+        return f"At most {MAX_VARIABLES} variables."
     for name, item in value.items():
+        if len(name) > MAX_VARIABLE_NAME_LENGTH:  # first: the messages below quote the name
+            return f"A variable name is longer than {MAX_VARIABLE_NAME_LENGTH} characters."
         if not isinstance(item, (str, int, float, bool)) or item is None:
             return f"Variable {name!r} must be a string, number or boolean."
+        if type(item) is str and len(item) > MAX_VARIABLE_VALUE_LENGTH:
+            return f"Variable {name!r} is longer than {MAX_VARIABLE_VALUE_LENGTH} characters."
     return storable(value)
+
+
+def rendered_problem(template: str, variables: dict[str, Any]) -> str | None:
+    """The rendered text's length, measured before it is rendered (the check costs one pass over
+    the template, whatever the values)."""
+    length = rules.rendered_length(template, variables)
+    if length > rules.MAX_RENDERED_LENGTH:
+        return (f"The text is {length} characters once its variables are filled in; "
+                f"at most {rules.MAX_RENDERED_LENGTH} (WhatsApp's limit).")
+    return None
 
 
 def metadata_problem(value: dict[str, Any]) -> str | None:
     if len(json.dumps(value)) > MAX_METADATA_BYTES:
         return f"Metadata must be at most {MAX_METADATA_BYTES} bytes as JSON."
     return storable(value)
+
+
+class StrictCharField(serializers.CharField):
+    """A CharField that takes only a JSON string. DRF's turns a number into its text, so
+    `"text": 1` would send "1" and `"instance": 5` would look for an instance named "5": a wrong
+    type is a 400 instead (issue 21), with DRF's own "Not a valid string." """
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        value: str = super().to_internal_value(data)
+        return value
 
 
 @extend_schema_field(
@@ -99,13 +143,17 @@ def metadata_problem(value: dict[str, Any]) -> str | None:
         "example": "+5511999990000",
     }
 )
-class PhoneField(serializers.CharField):
+class PhoneField(StrictCharField):
     default_error_messages = {
         "invalid_phone": "Not a valid phone number in international E.164 format (e.g. +5511999990000)."
     }
 
     def to_internal_value(self, data: Any) -> str:
         raw = super().to_internal_value(data)
+        # max_length as written: DRF's validator would only see the normalized number, after the
+        # regular expression and phonenumbers had read a value of any length.
+        if self.max_length is not None and len(raw) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
         if not PHONE_CHARACTERS.match(raw):
             self.fail("invalid_phone")
         normalized = rules.normalize_phone(raw)
@@ -115,11 +163,19 @@ class PhoneField(serializers.CharField):
 
 
 class SendMessageSerializer(StrictSerializer):
-    to = PhoneField(max_length=32)
+    to = PhoneField(max_length=MAX_PHONE_LENGTH)
     category = serializers.ChoiceField(choices=Category.values)
-    text = serializers.CharField(max_length=MAX_TEXT_LENGTH, trim_whitespace=False)
-    variables = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
-    instance = serializers.CharField(max_length=100, required=False, allow_null=True, default=None)
+    text = StrictCharField(
+        max_length=MAX_TEXT_LENGTH, trim_whitespace=False,
+        help_text=f"The template; {{{{name}}}} takes the value of `variables.name`. At most {MAX_TEXT_LENGTH} characters as "
+        f"written and, once its variables are filled in, at most {rules.MAX_RENDERED_LENGTH} (WhatsApp's limit).",
+    )
+    variables = serializers.DictField(
+        child=serializers.JSONField(), required=False, default=dict,
+        help_text=f"Strings, numbers or booleans; at most {MAX_VARIABLES} names of at most {MAX_VARIABLE_NAME_LENGTH} "
+        f"characters, string values of at most {MAX_VARIABLE_VALUE_LENGTH}.",
+    )
+    instance = StrictCharField(max_length=MAX_INSTANCE_NAME_LENGTH, required=False, allow_null=True, default=None)
     deliverUntil = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text=rules.deliver_until_help()
     )
@@ -155,6 +211,8 @@ class SendMessageSerializer(StrictSerializer):
             raise serializers.ValidationError(
                 {"variables": [f"Missing template variable(s): {', '.join(missing)}."]}
             )
+        if problem := rendered_problem(attrs["text"], attrs["variables"]):
+            raise serializers.ValidationError({"text": [problem]})
         deliver_until = attrs.get("deliverUntil")
         if deliver_until is not None:
             code = rules.check_deliver_until(attrs["category"], deliver_until, timezone.now())
@@ -187,21 +245,20 @@ class SendMessageSerializer(StrictSerializer):
 # share of an accepted send's CPU after the database and Redis (bench B1). `plain_send_request`
 # checks the usual body directly and gives up (None) on anything it is not sure DRF would
 # accept with the very same values: then SendMessageSerializer decides, so every error body and
-# every unusual input (deliverUntil, numbers given for strings, …) is exactly DRF's answer.
+# every unusual input (deliverUntil, a broken bound, …) is exactly DRF's answer.
 
 _SEND_FIELDS = frozenset(SendMessageSerializer._declared_fields)
 _CATEGORIES = frozenset(Category.values)
 _PRIORITIES = frozenset(Priority.values)
 _VARIABLE_TYPES = (str, int, float, bool)
-_INSTANCE_MAX_LENGTH = 100  # SendMessageSerializer.instance
 
 
 def _plain_to(value: Any) -> str | None:
-    # PhoneField: a string, stripped, not blank, only phone characters, a valid number.
+    # PhoneField: a string, stripped, not blank, not too long, only phone characters, a valid number.
     if type(value) is not str:
         return None
     value = value.strip()
-    if not value or not PHONE_CHARACTERS.match(value):
+    if not value or len(value) > MAX_PHONE_LENGTH or not PHONE_CHARACTERS.match(value):
         return None
     return rules.normalize_phone(value)
 
@@ -240,7 +297,7 @@ def _plain_instance(value: Any) -> str | None:
     if type(value) is not str:
         return None
     name: str = value.strip()
-    if not name or len(name) > _INSTANCE_MAX_LENGTH or storable(name):
+    if not name or len(name) > MAX_INSTANCE_NAME_LENGTH or storable(name):
         return None
     return name
 
@@ -269,7 +326,7 @@ def plain_send_request(data: Any) -> SendRequest | None:
         return None
     if variables is None or metadata is None or (raw is not None and instance is None):
         return None
-    if rules.missing_variables(text, variables):
+    if rules.missing_variables(text, variables) or rendered_problem(text, variables):
         return None
     return SendRequest(to=to, category=category, template=text, variables=variables, instance=instance,
                        deliver_until=None, priority=priority, metadata=metadata)
@@ -286,15 +343,15 @@ def send_request(data: Any) -> SendRequest:
 
 
 class OptInSerializer(StrictSerializer):
-    phone = PhoneField(max_length=32)
+    phone = PhoneField(max_length=MAX_PHONE_LENGTH)
     # DRF's metaclass turns this into a declared field; the Field.source attribute is untouched.
-    source = serializers.CharField(max_length=200)  # type: ignore[assignment]
+    source = StrictCharField(max_length=MAX_SOURCE_LENGTH)  # type: ignore[assignment]
 
 
 class MessageListQuerySerializer(StrictSerializer):
     status = serializers.ChoiceField(choices=[s for s in ("QUEUED", "SENDING", "SENT", "SERVER_ACK", "DELIVERED", "READ", "FAILED")], required=False)
     category = serializers.ChoiceField(choices=Category.values, required=False)
-    to = PhoneField(max_length=32, required=False)
+    to = PhoneField(max_length=MAX_PHONE_LENGTH, required=False)
     createdAfter = serializers.DateTimeField(required=False)
     createdBefore = serializers.DateTimeField(required=False)
     cursor = serializers.CharField(required=False, max_length=200)

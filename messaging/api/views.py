@@ -17,6 +17,7 @@ from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from pilot_status import jsonbody
 from pilot_status.api import ClientApiView
 
 from .. import opt_ins, timeline
@@ -30,15 +31,36 @@ from .serializers import (
     OptInSerializer,
     SendMessageSerializer,
     given_params,
+    phone_shaped,
     send_request,
 )
 
 
+# An Idempotency-Key: at most this many characters, each visible ASCII or a space (the
+# Idempotency-Key header draft's sf-string). Checked before the key is looked up or stored.
+MAX_IDEMPOTENCY_KEY_LENGTH = 255
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key: str | None = request.META.get("HTTP_IDEMPOTENCY_KEY") or None
+    if key is None:
+        return None
+    if len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+        problem = f"Idempotency-Key must be at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters."
+    elif not (key.isascii() and key.isprintable()):
+        problem = "Idempotency-Key may only hold visible ASCII characters and spaces."
+    else:
+        return key
+    raise Rejected(400, "invalid_request", problem, {"fields": {"idempotencyKey": [problem]}})
+
+
 def _request_hash(raw: bytes) -> str:
-    # Same JSON, different spacing or key order, is the same request.
+    # Same JSON, different spacing or key order, is the same request. Read within jsonbody's
+    # bounds (json.loads alone raised RecursionError on deep nesting: a 500); a body it refuses
+    # is hashed as sent, and answered 400 by the parser.
     try:
-        canonical = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
-    except (ValueError, UnicodeDecodeError):
+        canonical = json.dumps(jsonbody.loads(raw), sort_keys=True, separators=(",", ":")).encode()
+    except jsonbody.JsonBodyError:
         canonical = raw
     return hashlib.sha256(canonical).hexdigest()
 
@@ -62,11 +84,9 @@ class SendMessageView(ClientApiView):
         responses=schema.responses(202, schema.AcceptedMessage, 400, 401, 403, 409, 413, 415, 422, 429),
     )
     def post(self, request: Request) -> HttpResponse:
-        idempotency_key = request.META.get("HTTP_IDEMPOTENCY_KEY") or None
+        idempotency_key = _idempotency_key(request)
         request_hash = ""
         if idempotency_key is not None:
-            if len(idempotency_key) > 255:
-                raise Rejected(400, "invalid_request", "Idempotency-Key must be at most 255 characters.")
             request_hash = _request_hash(request._request.body)
         problem: exceptions.APIException | None = None
         try:
@@ -217,7 +237,9 @@ class OptInDetailView(ClientApiView):
         responses=schema.responses(200, schema.OptIn, 401, 404, 429),
     )
     def delete(self, request: Request, phone: str) -> Response:
-        opt_in = opt_ins.revoke(self.project, phone, self.api_key)
+        # The path is held to PhoneField's shape first: phonenumbers reads past trailing junk, so
+        # `+5511988887777%00` would otherwise revoke +5511988887777.
+        opt_in = opt_ins.revoke(self.project, phone, self.api_key) if phone_shaped(phone) else None
         if opt_in is None:
             raise exceptions.NotFound("No live opt-in for this phone.")
         return Response(_opt_in_body(opt_in))

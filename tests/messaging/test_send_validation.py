@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from messaging import opt_ins
-from messaging.api.serializers import MAX_METADATA_BYTES, SendMessageSerializer, plain_send_request
+from messaging.api.serializers import (
+    MAX_METADATA_BYTES,
+    MAX_VARIABLE_NAME_LENGTH,
+    MAX_VARIABLE_VALUE_LENGTH,
+    MAX_VARIABLES,
+    SendMessageSerializer,
+    plain_send_request,
+)
 from messaging.models import Message
 
 URL = "/v1/messages/send"
@@ -44,6 +51,12 @@ PLAIN = [
     body(variables={"name": "Ana"}, metadata=None, priority=None, instance=None, deliverUntil=None),
     body(text="  spaces kept  {{name}} "),
     body(text="é" * 4096, variables={}),
+    # issue 21's bounds, met exactly: 4,096 characters rendered, and the variables' own limits
+    body(text="{{v}}" * 40 + "x" * 96, variables={"v": "y" * 100}),
+    body(text="{{n}}" * 819, variables={"n": 1}),
+    body(text="{{name}}", variables={"name": "n" * MAX_VARIABLE_VALUE_LENGTH, **{f"v{i}": i for i in range(MAX_VARIABLES - 1)}}),
+    body(variables={"name": "Ana", "n" * MAX_VARIABLE_NAME_LENGTH: 1}),
+    body(to="+55 (11) 98888-7777" + " " * 13),
 ]
 
 # Bodies the serializer refuses, or accepts only with a conversion: the plain path must decline.
@@ -90,6 +103,17 @@ DECLINED = [
     body(deliverUntil="not a date"),
     body(unknown=1),
     body(callback=None),
+    # issue 21's bounds, broken by one
+    body(text="{{v}}" * 41, variables={"v": "y" * 100}),
+    body(text="{{v}}" * 800, variables={"v": "x" * 60_000}),
+    body(text="{{n}}" * 820, variables={"n": 12345}),
+    body(text="{{b}}" * 820, variables={"b": True}),
+    body(variables={"name": "n" * (MAX_VARIABLE_VALUE_LENGTH + 1)}),
+    body(variables={"name": "Ana", **{f"v{i}": i for i in range(MAX_VARIABLES)}}),
+    body(variables={"name": "Ana", "n" * (MAX_VARIABLE_NAME_LENGTH + 1): 1}),
+    body(to="+55" + " " * 30 + "11988887777"),  # a valid number, written longer than MAX_PHONE_LENGTH
+    body(text=4096.5),
+    body(instance=1.5),
 ]
 
 
@@ -149,7 +173,8 @@ def test_a_usual_send_is_accepted_without_the_serializer(alice, alice_instance, 
 
 @pytest.mark.parametrize(
     "data",
-    [body(to="+55 11 x"), body(text="", category="utility"), body(variables={"name": None}), body(deliverUntil="soon")],
+    [body(to="+55 11 x"), body(text="", category="utility"), body(variables={"name": None}), body(deliverUntil="soon"),
+     body(text="{{name}}" * 41, variables={"name": "y" * 100}), body(text=7)],
 )
 def test_a_refused_body_answers_the_serializers_errors(alice, alice_instance, opted_in, data):
     serializer = SendMessageSerializer(data=copy.deepcopy(data))
