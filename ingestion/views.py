@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from pilot_status import metrics
+from pilot_status import jsonbody, metrics
 from pilot_status.errors import error_response
 
 from . import auth, inbox, receive
@@ -35,11 +35,13 @@ def webhook(request: HttpRequest, event_suffix: str = "") -> HttpResponse:
 
 
 def _webhook(request: HttpRequest) -> HttpResponse:
+    # The bounded reader (depth, numbers, UTF-8): a hostile body is a JsonBodyError, never a
+    # RecursionError. The body itself is bounded by DATA_UPLOAD_MAX_MEMORY_SIZE.
     try:
-        payload: Any = json.loads(request.body)
-        parsed = True
-    except (ValueError, UnicodeDecodeError):
-        payload, parsed = None, False
+        payload: Any = jsonbody.loads(request.body)
+        parsed, problem = True, ""
+    except jsonbody.JsonBodyError as exc:
+        payload, parsed, problem = None, False, exc.reason
     # Who is calling comes first (contract §6: anything not authenticated is 401 and stores
     # nothing): only a caller we know (an instance, or our own processes) learns what is wrong
     # with its body.
@@ -51,14 +53,25 @@ def _webhook(request: HttpRequest) -> HttpResponse:
     if not forwarded and evolution is None and not internal:
         return _unauthorized("Unknown instance or bad Evolution credentials.")
     if not parsed:
-        return error_response(400, "invalid_json", "The body is not valid JSON.")
-    if not inbox.is_evolution_event(payload):
+        return error_response(400, "invalid_json", f"The body is not valid JSON we take: {problem}")
+    wrong = inbox.envelope_problem(payload)
+    if wrong is not None:
         # 400 is non-retryable for Evolution: a body that is not an event never will be.
-        return error_response(400, "not_an_evolution_event", "Expected an Evolution event: {event, instance, data}.")
+        return error_response(
+            400, "not_an_evolution_event", "Expected an Evolution event: {event, instance, data}.",
+            {"field": wrong, "bounds": _ENVELOPE_BOUNDS},
+        )
     if not forwarded and evolution is None:  # our own process, but the event is not proven Evolution's
         return _unauthorized("Unknown instance or bad Evolution credentials.")
     received = receive.receive_forwarded(payload) if forwarded else receive.receive_webhook(payload)
     return HttpResponse(_answer_body(received.status, received.reason), content_type="application/json")
+
+
+_ENVELOPE_BOUNDS = {
+    "event": f"dotted lower case, at most {inbox.EVENT_NAME_MAX_CHARS} characters",
+    "instance": f"an instance name: 1 to {inbox.INSTANCE_NAME_MAX_CHARS} characters, no control characters",
+    "data": "an object or an array",
+}
 
 
 @functools.lru_cache(maxsize=256)
