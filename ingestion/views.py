@@ -5,13 +5,17 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from messaging.api.throttling import take_token
+from messaging.models import Instance
 from pilot_status import jsonbody, metrics
 from pilot_status.errors import error_response
 
@@ -52,6 +56,10 @@ def _webhook(request: HttpRequest) -> HttpResponse:
         return _unauthorized("Internal forwards need the internal secret.")
     if not forwarded and evolution is None and not internal:
         return _unauthorized("Unknown instance or bad Evolution credentials.")
+    if evolution is not None and not forwarded:
+        shed = _over_rate(evolution)
+        if shed is not None:
+            return shed
     if not parsed:
         return error_response(400, "invalid_json", f"The body is not valid JSON we take: {problem}")
     wrong = inbox.envelope_problem(payload)
@@ -78,6 +86,27 @@ _ENVELOPE_BOUNDS = {
 def _answer_body(status: str, reason: str) -> bytes:
     # A handful of (status, reason) pairs answer every webhook: encoded once each.
     return json.dumps({"status": status, "reason": reason}).encode()
+
+
+def _over_rate(instance: Instance) -> HttpResponse | None:
+    """429 when this instance's webhooks are over WEBHOOK_RATE_PER_INSTANCE; None to go on.
+
+    The client API's token bucket (Redis, shared by every webhook process; per process while
+    Redis is away), one bucket per authenticated instance: a stranger never reaches it (401 first)
+    and our own forwards never do (the consumer's events are already stored; shedding them would
+    only cost delay-queue rounds)."""
+    allowed, wait = take_token(
+        f"webhook:{instance.pk}", settings.WEBHOOK_RATE_PER_INSTANCE, settings.WEBHOOK_RATE_BURST
+    )
+    if allowed:
+        return None
+    metrics.evolution("webhook:rate_limited")
+    response = error_response(
+        429, "rate_limited", "Too many webhooks for this instance; retry later.",
+        {"instance": instance.name, "rate_per_second": settings.WEBHOOK_RATE_PER_INSTANCE},
+    )
+    response["Retry-After"] = str(max(1, math.ceil(wait)))
+    return response
 
 
 def _unauthorized(message: str) -> HttpResponse:
