@@ -32,6 +32,16 @@ INSTANCE_NAME_MAX_CHARS: int = Instance._meta.get_field("name").max_length or 10
 # text refuses), and lone surrogates (which UTF-8 cannot carry).
 _NOT_IN_A_NAME = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
+# Credentials travel in the envelope; they are never kept at rest (issue 21). Evolution puts the
+# instance token in `apikey` (evolution-api.md, envelope); the others are the token-like names its
+# instance objects carry (fetchInstances: `token`, `wavoipToken`; create: `hash`,
+# `accessTokenWaBusiness`) and the `jwt_key` of its webhook headers, in case a version or a proxy
+# copies them into the envelope. Only the envelope's own fields: `data` is the event's content and
+# part of its identity (dedup_key), which must stay the same on both channels and after storage.
+CREDENTIAL_FIELDS = frozenset({"apikey", "token", "hash", "jwt_key", "wavoipToken", "accessTokenWaBusiness"})
+# What the envelope carries about its own transport, never stored either.
+_NOT_STORED = CREDENTIAL_FIELDS | {"already_saved"}
+
 # `date_time` outside these years is junk (Evolution stamps its own clock); such an event has no
 # occurrence time rather than one Postgres or Python cannot carry back (year 0, year 10000).
 _OCCURRED_YEARS = range(2000, 2200)
@@ -75,6 +85,16 @@ def storable(value: Any) -> Any:
     if isinstance(value, list):
         return [storable(item) for item in value]
     return value
+
+
+def at_rest(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as the inbox keeps it: without credentials or our own transport flag.
+
+    Never changes the dedup key: none of these fields is part of an event's identity.
+    """
+    if _NOT_STORED.isdisjoint(payload):
+        return payload
+    return {k: v for k, v in payload.items() if k not in _NOT_STORED}
 
 
 def _as_jsonb(payload: dict[str, Any]) -> str:
@@ -182,7 +202,7 @@ def row_values(channel: str, payload: dict[str, Any]) -> dict[str, Any]:
         "event": storable(str(payload.get("event"))[:64]),
         "instance": storable(str(payload.get("instance"))[:100]),
         "key_id": storable(key_id_of(payload)[:64]),
-        "payload": _as_jsonb({k: v for k, v in payload.items() if k != "already_saved"}),
+        "payload": _as_jsonb(at_rest(payload)),
         "occurred_at": occurred_at_of(payload),
     }
 
@@ -197,7 +217,7 @@ def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]
     """
     params = row_values(channel, payload)
     key = params["key"]
-    stored = {k: v for k, v in payload.items() if k != "already_saved"}
+    stored = at_rest(payload)
     with connection.cursor() as cursor:
         row = None
         # A row deleted between our conflict and the read (pruning) means: insert again.
