@@ -26,7 +26,7 @@ PATH = "/api/internal/webhook"
 
 
 @pytest.fixture
-def webhook_pool(tmp_path) -> Iterator[tuple[int, Any]]:
+def webhook_pool(tmp_path) -> Iterator[tuple[int, Any, int]]:
     port, log = free_port(), tmp_path / "webhook.log"
     with open(log, "wb") as out:
         server = subprocess.Popen(
@@ -37,7 +37,7 @@ def webhook_pool(tmp_path) -> Iterator[tuple[int, Any]]:
         )
     try:
         wait_for_port(port, proc=server)
-        yield port, log
+        yield port, log, server.pid
     finally:
         server.terminate()
         server.wait(10)
@@ -99,7 +99,7 @@ def hostile_requests(token: bytes) -> list[tuple[str, bytes, list[tuple[bytes, b
 
 def test_hostile_input_gets_a_4xx_envelope_from_the_real_webhook_pool(transactional_db, alice, alice_instance,
                                                                      webhook_pool):
-    port, log = webhook_pool
+    port, log, _ = webhook_pool
     token = alice_instance.webhook_token.encode()
     message = make_message(alice.project, alice_instance)
 
@@ -119,3 +119,39 @@ def test_hostile_input_gets_a_4xx_envelope_from_the_real_webhook_pool(transactio
     assert message.status == Status.DELIVERED
     text = log.read_text(errors="replace")
     assert "Traceback" not in text and "unexpected error" not in text, text[-3000:]
+
+
+def worker_rss_kb(master_pid: int) -> int:
+    """VmRSS of the pool's one worker (the master's child)."""
+    from pathlib import Path
+
+    children = [int(c) for task in Path(f"/proc/{master_pid}/task").iterdir()
+                for c in (task / "children").read_text().split()]
+    assert len(children) == 1, children
+    for line in Path(f"/proc/{children[0]}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_unauthenticated_junk_does_not_grow_the_webhook_worker(transactional_db, alice_instance, webhook_pool):
+    # Issue 21 measured 185 MB over two workers for 3,000 junk webhooks with 60 KB instance names.
+    import requests
+
+    port, _, master = webhook_pool
+    url = f"http://127.0.0.1:{port}{PATH}"
+    session = requests.Session()
+
+    def junk(name: str) -> int:
+        body = dict(receipt("DELIVERY_ACK", instance=name), apikey="wrong")
+        return session.post(url, data=json.dumps(body), headers={"Content-Type": "application/json"}).status_code
+
+    for n in range(200):  # warm-up: the worker's imports, pools and first allocations
+        junk(f"warm-{n}" + "w" * 60_000)
+        junk(f"warm-{n}")
+    before = worker_rss_kb(master)
+    for n in range(1_000):
+        assert junk(f"{n:05d}" + "x" * 60_000) == 401  # too long for a name: no lookup, nothing kept
+        assert junk(f"junk-{n:05d}-" + "y" * 80) == 401  # a possible name: remembered, within the bound
+    grown_kb = worker_rss_kb(master) - before
+    assert grown_kb < 10 * 1024, f"the worker grew by {grown_kb / 1024:.1f} MB over 2,000 junk webhooks"
