@@ -228,3 +228,18 @@ def test_a_stranger_never_reaches_the_cache_with_a_name_too_long_for_an_instance
     payload = receipt("DELIVERY_ACK", instance="n" * 60_000)
     assert raw_post(json.dumps(payload)).status_code == 401
     assert auth.cache_footprint() == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [{"data": {"keyId": "3EB0\x00", "status": "READ\ud800"}}, {"data": [None, "\x00", {"\ud800": []}]},
+     {"date_time": "\x00"}, {"event": "connection.update", "data": {"state": ["open"]}},
+     {"event": "connection.update", "data": {"state": "open"}, "date_time": "0001-01-01T00:00:00+23:59"},
+     {"destination": "\ud800", "sender": "\x00"}],
+)
+def test_a_forward_with_junk_in_its_fields_is_answered_not_5xx(sent_message, settings, patch):
+    # Our own consumer forwards what Evolution published: the same junk can come this way, saved or not.
+    forwarded = dict(receipt("DELIVERY_ACK"), already_saved=True, **patch)
+    response = raw_post(json.dumps(forwarded), **secret_header(settings))
+    assert response.status_code == 200, response.content[:300]
+    assert IngestionEvent.objects.count() == 1
