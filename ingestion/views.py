@@ -88,6 +88,13 @@ def _answer_body(status: str, reason: str) -> bytes:
     return json.dumps({"status": status, "reason": reason}).encode()
 
 
+# A webhook process takes an instance's tokens up to twenty at a time and may keep them this long,
+# so that the limit costs no Redis round trip for most events (a new receipt is the lock's script
+# and its release, nothing more: tests/ingestion/test_metrics.py); unused ones are dropped, making
+# the shared limit at most twenty tokens per process stricter, never looser.
+WEBHOOK_LEASE_SECONDS = 1.0
+
+
 def _over_rate(instance: Instance) -> HttpResponse | None:
     """429 when this instance's webhooks are over WEBHOOK_RATE_PER_INSTANCE; None to go on.
 
@@ -96,7 +103,8 @@ def _over_rate(instance: Instance) -> HttpResponse | None:
     and our own forwards never do (the consumer's events are already stored; shedding them would
     only cost delay-queue rounds)."""
     allowed, wait = take_token(
-        f"webhook:{instance.pk}", settings.WEBHOOK_RATE_PER_INSTANCE, settings.WEBHOOK_RATE_BURST
+        f"webhook:{instance.pk}", settings.WEBHOOK_RATE_PER_INSTANCE, settings.WEBHOOK_RATE_BURST,
+        lease_seconds=WEBHOOK_LEASE_SECONDS,
     )
     if allowed:
         return None
