@@ -61,7 +61,7 @@ def _webhook(request: HttpRequest) -> HttpResponse:
         if shed is not None:
             return shed
     if not parsed:
-        return error_response(400, "invalid_json", f"The body is not valid JSON we take: {problem}")
+        return error_response(400, "invalid_json", problem)
     wrong = inbox.envelope_problem(payload)
     if wrong is not None:
         # 400 is non-retryable for Evolution: a body that is not an event never will be.
