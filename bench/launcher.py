@@ -163,6 +163,10 @@ class BenchStack:
                 # only lifts the limit so that measuring throughput is not measuring 429s.
                 "RATE_LIMIT_PER_SECOND": "1000000",
                 "RATE_LIMIT_BURST": "1000000",
+                # Likewise the per-instance webhook limit (its default, 1,000/s, is already above
+                # what B2 and B5 push through one instance; the check itself still runs).
+                "WEBHOOK_RATE_PER_INSTANCE": "1000000",
+                "WEBHOOK_RATE_BURST": "1000000",
                 "TYPING_DELAY_MS_PER_CHAR": "0",
             }
         )

@@ -10,14 +10,23 @@ Instance auth material (name, token salt, Evolution token hash) is cached per pr
   webhooks naming no instance costs Postgres one read per name and second, not one per request;
   an instance added in this process is known at once (its save clears the entry), one added by
   another process within that second.
+
+Bounded work for callers we do not know (issue 21): a name that cannot be an instance's (not a
+string, longer than the model's `name`, NUL, a lone surrogate, a control character) and a
+credential that cannot be one (not printable ASCII, longer than its bound) are refused before any
+lookup or caching. Only a body shaped like an Evolution event may leave an unknown name behind,
+and both caches are LRUs bounded by entries and by an estimate of their bytes, so no sequence of
+unauthenticated requests grows a process past a fixed size.
 """
 
 from __future__ import annotations
 
 import hmac
+import sys
 import threading
 import time
-from typing import Any
+from collections import OrderedDict
+from typing import Any, Generic, TypeVar
 
 import jwt
 from django.conf import settings
@@ -25,89 +34,156 @@ from django.http import HttpRequest
 
 from messaging.models import Instance
 
+from . import inbox
+
 INTERNAL_SECRET_HEADER = "HTTP_X_INTERNAL_WEBHOOK_SECRET"
 AUTH_CACHE_SECONDS = 5.0
 UNKNOWN_CACHE_SECONDS = 1.0
-_CACHE_MAX = 10_000  # names in each cache; past it that cache starts over (bounded memory)
 
-_cache: dict[str, tuple[float, Instance]] = {}
-_unknown: dict[str, float] = {}  # names read and not found, and when
-_cache_lock = threading.Lock()  # gthread workers: one writer at a time (reads need none)
+# Bounds on what a caller may hand us as a credential (issue 21). Evolution's instance tokens are
+# UUIDs (36 characters), our webhook tokens and the internal secret a few dozen; its jwt_key JWT is
+# about 200. Anything longer, or not printable ASCII, proves nothing and is not even compared.
+CREDENTIAL_MAX_CHARS = 512  # x-webhook-token, body apikey, x-internal-webhook-secret
+JWT_MAX_CHARS = 4096  # Authorization: Bearer <jwt>
+
+# The caches: least recently used entries go first once either bound is reached. An entry's bytes
+# are estimated (the name, plus what a model instance or a timestamp and the LRU's links cost).
+KNOWN_MAX_ENTRIES = 2_000
+KNOWN_MAX_BYTES = 4 * 1024 * 1024
+UNKNOWN_MAX_ENTRIES = 10_000
+UNKNOWN_MAX_BYTES = 2 * 1024 * 1024
+_KNOWN_ENTRY_OVERHEAD = 2_048  # an Instance with its __dict__ and _state (measured: ~700; a loaded row more)
+_UNKNOWN_ENTRY_OVERHEAD = 256  # the LRU's link and dict slot, a (float, None, int) tuple (measured: ~250)
+
+V = TypeVar("V")
+
+
+class _Remembered(Generic[V]):
+    """name → (when, value): an LRU bounded by entries and bytes, safe for gthread's threads."""
+
+    def __init__(self, overhead: int) -> None:
+        self._entries: OrderedDict[str, tuple[float, V, int]] = OrderedDict()
+        self._bytes = 0
+        self._overhead = overhead
+        self._lock = threading.Lock()
+
+    def get(self, name: str, max_age: float) -> tuple[V] | None:
+        """(value,) when remembered for less than max_age seconds; None otherwise."""
+        with self._lock:
+            hit = self._entries.get(name)
+            if hit is None:
+                return None
+            if time.monotonic() - hit[0] >= max_age:
+                self._drop(name)
+                return None
+            self._entries.move_to_end(name)
+            return (hit[1],)
+
+    def put(self, name: str, value: V, max_entries: int, max_bytes: int) -> None:
+        size = sys.getsizeof(name) + self._overhead
+        if size > max_bytes or max_entries < 1:
+            return
+        with self._lock:
+            self._drop(name)
+            while self._entries and (len(self._entries) >= max_entries or self._bytes + size > max_bytes):
+                _, (_, _, evicted) = self._entries.popitem(last=False)
+                self._bytes -= evicted
+            self._entries[name] = (time.monotonic(), value, size)
+            self._bytes += size
+
+    def pop(self, name: str) -> None:
+        with self._lock:
+            self._drop(name)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def footprint(self) -> tuple[int, int]:
+        return len(self._entries), self._bytes
+
+    def _drop(self, name: str) -> None:
+        hit = self._entries.pop(name, None)
+        if hit is not None:
+            self._bytes -= hit[2]
+
+
+_known: _Remembered[Instance] = _Remembered(_KNOWN_ENTRY_OVERHEAD)
+_unknown: _Remembered[None] = _Remembered(_UNKNOWN_ENTRY_OVERHEAD)  # names read and not found
+
+
+def credential(value: Any, max_chars: int = CREDENTIAL_MAX_CHARS) -> str | None:
+    """`value` when it can be a credential (a non-empty printable ASCII string within `max_chars`)."""
+    if isinstance(value, str) and 0 < len(value) <= max_chars and value.isascii() and value.isprintable():
+        return value
+    return None
 
 
 def is_internal(request: HttpRequest) -> bool:
-    given = request.META.get(INTERNAL_SECRET_HEADER, "")
-    return bool(given) and hmac.compare_digest(given.encode(), settings.INTERNAL_WEBHOOK_SECRET.encode())
+    given = credential(request.META.get(INTERNAL_SECRET_HEADER))
+    return given is not None and hmac.compare_digest(given.encode(), settings.INTERNAL_WEBHOOK_SECRET.encode())
 
 
 def authenticate_evolution(request: HttpRequest, payload: dict[str, Any]) -> Instance | None:
     """The instance the event claims to come from, if any one of Evolution's schemes proves it."""
     name = payload.get("instance")
-    if not isinstance(name, str) or not name:
-        return None
-    cached = _cached(name)
-    if cached is not None and _proves(request, payload, cached):
-        return cached
-    if cached is None and _known_unknown(name):
+    if not inbox.instance_name_ok(name):
+        return None  # no instance has such a name: nothing is looked up or remembered
+    assert isinstance(name, str)
+    cached = _known.get(name, AUTH_CACHE_SECONDS)
+    if cached is not None and _proves(request, payload, cached[0]):
+        return cached[0]
+    if cached is None and _unknown.get(name, UNKNOWN_CACHE_SECONDS) is not None:
         return None
     # Not cached, or refused by a copy up to AUTH_CACHE_SECONDS old (the token may have just been
-    # re-keyed): the database decides.
-    instance = _read(name)
+    # re-keyed): the database decides. Only an Evolution-shaped body may leave its name behind.
+    instance = _read(name, remember_unknown=inbox.is_evolution_event(payload))
     if instance is not None and _proves(request, payload, instance):
         return instance
     return None
 
 
+def cache_footprint() -> tuple[int, int]:
+    """(entries, estimated bytes) of both caches together (tests, and a bound to assert)."""
+    known, unknown = _known.footprint(), _unknown.footprint()
+    return known[0] + unknown[0], known[1] + unknown[1]
+
+
 def forget_cached_instances() -> None:
     """Drop the cache (tests; an operator command could call it after a re-key)."""
-    with _cache_lock:
-        _cache.clear()
-        _unknown.clear()
+    _known.clear()
+    _unknown.clear()
 
 
 def on_instance_changed(sender: Any, instance: Instance, **kwargs: Any) -> None:
-    with _cache_lock:
-        _cache.pop(instance.name, None)
-        _unknown.pop(instance.name, None)
+    _known.pop(instance.name)
+    _unknown.pop(instance.name)
 
 
-def _cached(name: str) -> Instance | None:
-    hit = _cache.get(name)
-    if hit is None or time.monotonic() - hit[0] >= AUTH_CACHE_SECONDS:
-        return None
-    return hit[1]
-
-
-def _known_unknown(name: str) -> bool:
-    at = _unknown.get(name)
-    return at is not None and time.monotonic() - at < UNKNOWN_CACHE_SECONDS
-
-
-def _read(name: str) -> Instance | None:
+def _read(name: str, remember_unknown: bool) -> Instance | None:
     instance = Instance.objects.filter(name=name).first()
-    with _cache_lock:
-        if instance is None:
-            _cache.pop(name, None)
-            if len(_unknown) >= _CACHE_MAX:
-                _unknown.clear()
-            _unknown[name] = time.monotonic()
-        else:
-            _unknown.pop(name, None)
-            if len(_cache) >= _CACHE_MAX:
-                _cache.clear()
-            _cache[name] = (time.monotonic(), instance)
+    if instance is None:
+        _known.pop(name)
+        if remember_unknown:
+            _unknown.put(name, None, UNKNOWN_MAX_ENTRIES, UNKNOWN_MAX_BYTES)
+    else:
+        _unknown.pop(name)
+        _known.put(name, instance, KNOWN_MAX_ENTRIES, KNOWN_MAX_BYTES)
     return instance
 
 
 def _proves(request: HttpRequest, payload: dict[str, Any], instance: Instance) -> bool:
-    token = request.META.get("HTTP_X_WEBHOOK_TOKEN")
-    if token and instance.check_webhook_token(token):
+    token = credential(request.META.get("HTTP_X_WEBHOOK_TOKEN"))
+    if token is not None and instance.check_webhook_token(token):
         return True
-    authorization = request.META.get("HTTP_AUTHORIZATION", "")
-    if authorization.startswith("Bearer ") and _valid_jwt(authorization[7:], instance):
-        return True
-    apikey = payload.get("apikey")
-    return isinstance(apikey, str) and bool(apikey) and instance.check_evolution_token(apikey)
+    authorization = request.META.get("HTTP_AUTHORIZATION")
+    if isinstance(authorization, str) and authorization.startswith("Bearer "):
+        bearer = credential(authorization[7:], JWT_MAX_CHARS)
+        if bearer is not None and _valid_jwt(bearer, instance):
+            return True
+    apikey = credential(payload.get("apikey"))
+    return apikey is not None and instance.check_evolution_token(apikey)
 
 
 def _valid_jwt(token: str, instance: Instance) -> bool:
@@ -117,4 +193,4 @@ def _valid_jwt(token: str, instance: Instance) -> bool:
         claims = jwt.decode(token, instance.webhook_token, algorithms=["HS256"], options={"require": ["exp"]})
     except jwt.PyJWTError:
         return False
-    return claims.get("app") == "evolution"
+    return isinstance(claims, dict) and claims.get("app") == "evolution"

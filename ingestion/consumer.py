@@ -16,7 +16,6 @@ loop).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import deque
@@ -31,7 +30,7 @@ from django.db.models import F
 from kombu import Connection, Consumer, Exchange, Producer, Queue, binding
 from kombu.mixins import ConsumerMixin
 
-from pilot_status import metrics
+from pilot_status import jsonbody, metrics
 
 from . import forwarding, inbox
 from .acks import DeferredAcks
@@ -247,6 +246,12 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         finally:
             self.handling = False
 
+    def on_decode_error(self, message: Any, exc: Exception) -> None:
+        # kombu could not decode the body for us (no content type and not UTF-8). Its default acks
+        # it, dropping it unseen; ours takes it the usual way (`handle` reads the raw bytes), which
+        # parks it as not an event, where an operator can look at it.
+        self.on_message(None, message)
+
     def _on_one(self, message: Any) -> None:
         if self.should_stop:
             # Stopping (SIGTERM): up to prefetch_count messages can still be in this batch, each a
@@ -354,14 +359,12 @@ def _note_failure(event: IngestionEvent, error: str) -> None:
 
 
 def _decode(body: Any) -> Any:
-    if isinstance(body, (bytes, bytearray)):
+    """The parsed event, or None (parked): the webhook's bounded reader (pilot_status.jsonbody), so a
+    body nested too deep, with an endless number or broken UTF-8 is parked at once instead of
+    failing three delay rounds first, and nothing the webhook would refuse is stored here."""
+    if isinstance(body, (bytes, bytearray, str)):
         try:
-            body = body.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if isinstance(body, str):
-        try:
-            return json.loads(body)
-        except ValueError:
+            return jsonbody.loads(bytes(body) if isinstance(body, bytearray) else body)
+        except jsonbody.JsonBodyError:
             return None
     return body if isinstance(body, dict) else None

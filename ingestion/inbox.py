@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
 from django.utils.dateparse import parse_datetime
+
+from messaging.models import Instance
 
 from .models import IngestionEvent
 
@@ -21,7 +23,28 @@ from .models import IngestionEvent
 SNAPSHOT_EVENTS = frozenset({"connection.update", "qrcode.updated", "presence.update"})
 
 # Evolution's event names are dotted lower case (`messages.update`, `group-participants.update`).
-_EVENT_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+EVENT_NAME_MAX_CHARS = 64  # the inbox's `event` column
+_EVENT_NAME = re.compile(rf"[a-z][a-z0-9_.-]{{0,{EVENT_NAME_MAX_CHARS - 1}}}")
+# An instance is named by its row: nothing longer than the column can name one (Evolution's own
+# names are short; the simulator's and the samples' are a dozen characters).
+INSTANCE_NAME_MAX_CHARS: int = Instance._meta.get_field("name").max_length or 100
+# Not a name anyone can give an instance: C0 controls and DEL (NUL among them, which Postgres'
+# text refuses), and lone surrogates (which UTF-8 cannot carry).
+_NOT_IN_A_NAME = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+# Credentials travel in the envelope; they are never kept at rest (issue 21). Evolution puts the
+# instance token in `apikey` (evolution-api.md, envelope); the others are the token-like names its
+# instance objects carry (fetchInstances: `token`, `wavoipToken`; create: `hash`,
+# `accessTokenWaBusiness`) and the `jwt_key` of its webhook headers, in case a version or a proxy
+# copies them into the envelope. Only the envelope's own fields: `data` is the event's content and
+# part of its identity (dedup_key), which must stay the same on both channels and after storage.
+CREDENTIAL_FIELDS = frozenset({"apikey", "token", "hash", "jwt_key", "wavoipToken", "accessTokenWaBusiness"})
+# What the envelope carries about its own transport, never stored either.
+_NOT_STORED = CREDENTIAL_FIELDS | {"already_saved"}
+
+# `date_time` outside these years is junk (Evolution stamps its own clock); such an event has no
+# occurrence time rather than one Postgres or Python cannot carry back (year 0, year 10000).
+_OCCURRED_YEARS = range(2000, 2200)
 
 
 def dedup_key(payload: dict[str, Any]) -> str:
@@ -64,6 +87,16 @@ def storable(value: Any) -> Any:
     return value
 
 
+def at_rest(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as the inbox keeps it: without credentials or our own transport flag.
+
+    Never changes the dedup key: none of these fields is part of an event's identity.
+    """
+    if _NOT_STORED.isdisjoint(payload):
+        return payload
+    return {k: v for k, v in payload.items() if k not in _NOT_STORED}
+
+
 def _as_jsonb(payload: dict[str, Any]) -> str:
     dumped = json.dumps(payload)
     # Fast path: ASCII-escaped JSON shows NUL as \u0000 and any surrogate as \udXXX.
@@ -89,25 +122,51 @@ def key_id_of(payload: dict[str, Any]) -> str:
 
 def occurred_at_of(payload: dict[str, Any]) -> datetime | None:
     value = payload.get("date_time")
-    if not isinstance(value, str):
+    if not isinstance(value, str) or len(value) > 64:
         return None
     try:
-        return parse_datetime(value)
+        parsed = parse_datetime(value)
     except ValueError:
         return None
+    if parsed is None:
+        return None
+    if parsed.tzinfo is None:  # Evolution always writes a zone (Z); without one, take UTC
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        in_utc = parsed.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return None
+    return in_utc if in_utc.year in _OCCURRED_YEARS else None
+
+
+def instance_name_ok(name: Any) -> bool:
+    """Whether `name` can be an instance's: a non-empty string within INSTANCE_NAME_MAX_CHARS,
+    no control character, no lone surrogate. Checked before any lookup, cache or storage."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= INSTANCE_NAME_MAX_CHARS
+        and _NOT_IN_A_NAME.search(name) is None
+    )
+
+
+def envelope_problem(payload: Any) -> str | None:
+    """The first field that keeps `payload` from being Evolution's envelope {event, instance, data,
+    ...} (the same on both channels); None when it is one."""
+    if not isinstance(payload, dict):
+        return "body"
+    event = payload.get("event")
+    if not isinstance(event, str) or _EVENT_NAME.fullmatch(event) is None:
+        return "event"
+    if not instance_name_ok(payload.get("instance")):
+        return "instance"
+    if not isinstance(payload.get("data"), (dict, list)):
+        return "data"
+    return None
 
 
 def is_evolution_event(payload: Any) -> bool:
     """The envelope Evolution sends on both channels: {event, instance, data, ...}."""
-    return (
-        isinstance(payload, dict)
-        and isinstance(payload.get("event"), str)
-        and bool(_EVENT_NAME.match(payload["event"]))
-        and isinstance(payload.get("instance"), str)
-        and 0 < len(payload["instance"]) <= 100
-        and "data" in payload
-        and isinstance(payload["data"], (dict, list))
-    )
+    return envelope_problem(payload) is None
 
 
 # One round trip for both outcomes: the new row, or (ON CONFLICT) the row already there. The
@@ -143,7 +202,7 @@ def row_values(channel: str, payload: dict[str, Any]) -> dict[str, Any]:
         "event": storable(str(payload.get("event"))[:64]),
         "instance": storable(str(payload.get("instance"))[:100]),
         "key_id": storable(key_id_of(payload)[:64]),
-        "payload": _as_jsonb({k: v for k, v in payload.items() if k != "already_saved"}),
+        "payload": _as_jsonb(at_rest(payload)),
         "occurred_at": occurred_at_of(payload),
     }
 
@@ -158,7 +217,7 @@ def record(channel: str, payload: dict[str, Any]) -> tuple[IngestionEvent, bool]
     """
     params = row_values(channel, payload)
     key = params["key"]
-    stored = {k: v for k, v in payload.items() if k != "already_saved"}
+    stored = at_rest(payload)
     with connection.cursor() as cursor:
         row = None
         # A row deleted between our conflict and the read (pruning) means: insert again.

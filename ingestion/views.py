@@ -5,14 +5,18 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from pilot_status import heartbeats, metrics
+from messaging.api.throttling import take_token
+from messaging.models import Instance
+from pilot_status import heartbeats, jsonbody, metrics
 from pilot_status.errors import error_response
 
 from . import auth, inbox, receive
@@ -35,11 +39,13 @@ def webhook(request: HttpRequest, event_suffix: str = "") -> HttpResponse:
 
 
 def _webhook(request: HttpRequest) -> HttpResponse:
+    # The bounded reader (depth, numbers, UTF-8): a hostile body is a JsonBodyError, never a
+    # RecursionError. The body itself is bounded by DATA_UPLOAD_MAX_MEMORY_SIZE.
     try:
-        payload: Any = json.loads(request.body)
-        parsed = True
-    except (ValueError, UnicodeDecodeError):
-        payload, parsed = None, False
+        payload: Any = jsonbody.loads(request.body)
+        parsed, problem = True, ""
+    except jsonbody.JsonBodyError as exc:
+        payload, parsed, problem = None, False, exc.reason
     # Who is calling comes first (contract §6: anything not authenticated is 401 and stores
     # nothing): only a caller we know (an instance, or our own processes) learns what is wrong
     # with its body.
@@ -50,21 +56,65 @@ def _webhook(request: HttpRequest) -> HttpResponse:
         return _unauthorized("Internal forwards need the internal secret.")
     if not forwarded and evolution is None and not internal:
         return _unauthorized("Unknown instance or bad Evolution credentials.")
+    if evolution is not None and not forwarded:
+        shed = _over_rate(evolution)
+        if shed is not None:
+            return shed
     if not parsed:
-        return error_response(400, "invalid_json", "The body is not valid JSON.")
-    if not inbox.is_evolution_event(payload):
+        return error_response(400, "invalid_json", problem)
+    wrong = inbox.envelope_problem(payload)
+    if wrong is not None:
         # 400 is non-retryable for Evolution: a body that is not an event never will be.
-        return error_response(400, "not_an_evolution_event", "Expected an Evolution event: {event, instance, data}.")
+        return error_response(
+            400, "not_an_evolution_event", "Expected an Evolution event: {event, instance, data}.",
+            {"field": wrong, "bounds": _ENVELOPE_BOUNDS},
+        )
     if not forwarded and evolution is None:  # our own process, but the event is not proven Evolution's
         return _unauthorized("Unknown instance or bad Evolution credentials.")
     received = receive.receive_forwarded(payload) if forwarded else receive.receive_webhook(payload)
     return HttpResponse(_answer_body(received.status, received.reason), content_type="application/json")
 
 
+_ENVELOPE_BOUNDS = {
+    "event": f"dotted lower case, at most {inbox.EVENT_NAME_MAX_CHARS} characters",
+    "instance": f"an instance name: 1 to {inbox.INSTANCE_NAME_MAX_CHARS} characters, no control characters",
+    "data": "an object or an array",
+}
+
+
 @functools.lru_cache(maxsize=256)
 def _answer_body(status: str, reason: str) -> bytes:
     # A handful of (status, reason) pairs answer every webhook: encoded once each.
     return json.dumps({"status": status, "reason": reason}).encode()
+
+
+# A webhook process takes an instance's tokens up to twenty at a time and may keep them this long,
+# so that the limit costs no Redis round trip for most events (a new receipt is the lock's script
+# and its release, nothing more: tests/ingestion/test_metrics.py); unused ones are dropped, making
+# the shared limit at most twenty tokens per process stricter, never looser.
+WEBHOOK_LEASE_SECONDS = 1.0
+
+
+def _over_rate(instance: Instance) -> HttpResponse | None:
+    """429 when this instance's webhooks are over WEBHOOK_RATE_PER_INSTANCE; None to go on.
+
+    The client API's token bucket (Redis, shared by every webhook process; per process while
+    Redis is away), one bucket per authenticated instance: a stranger never reaches it (401 first)
+    and our own forwards never do (the consumer's events are already stored; shedding them would
+    only cost delay-queue rounds)."""
+    allowed, wait = take_token(
+        f"webhook:{instance.pk}", settings.WEBHOOK_RATE_PER_INSTANCE, settings.WEBHOOK_RATE_BURST,
+        lease_seconds=WEBHOOK_LEASE_SECONDS,
+    )
+    if allowed:
+        return None
+    metrics.evolution("webhook:rate_limited")
+    response = error_response(
+        429, "rate_limited", "Too many webhooks for this instance; retry later.",
+        {"instance": instance.name, "rate_per_second": settings.WEBHOOK_RATE_PER_INSTANCE},
+    )
+    response["Retry-After"] = str(max(1, math.ceil(wait)))
+    return response
 
 
 def _unauthorized(message: str) -> HttpResponse:

@@ -331,6 +331,12 @@ METRICS_FLUSH_SECONDS = envfloat("METRICS_FLUSH_SECONDS", 1.0, minimum=0, at_mos
 # Client API rate limit per key (contract §3).
 RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0, above=0)
 RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)
+# Evolution's webhooks per authenticated instance (issue 21): past it they are shed with 429 and
+# Retry-After, which Evolution retries. Far above real traffic (one number's receipts are a few
+# per message sent) and above what the bench pushes through one instance (B5: about 600/s); it
+# stops a runaway or hostile sender, not load. Our own forwards are never limited.
+WEBHOOK_RATE_PER_INSTANCE = envfloat("WEBHOOK_RATE_PER_INSTANCE", 1000.0, above=0)
+WEBHOOK_RATE_BURST = envint("WEBHOOK_RATE_BURST", 2000, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

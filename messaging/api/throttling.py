@@ -56,8 +56,8 @@ return {granted, wait}
 """
 
 
-def lease_size(rate: float, burst: int) -> int:
-    return max(1, min(LEASE_MAX, burst, int(rate * LEASE_SECONDS)))
+def lease_size(rate: float, burst: int, lease_seconds: float | None = None) -> int:
+    return max(1, min(LEASE_MAX, burst, int(rate * (LEASE_SECONDS if lease_seconds is None else lease_seconds))))
 
 
 class _Leases:
@@ -75,9 +75,9 @@ class _Leases:
             self._left[key] = (left - 1, until)
             return True
 
-    def keep(self, key: str, tokens: int) -> None:
+    def keep(self, key: str, tokens: int, lease_seconds: float | None = None) -> None:
         with self._lock:
-            self._left[key] = (tokens, time.monotonic() + LEASE_SECONDS)
+            self._left[key] = (tokens, time.monotonic() + (LEASE_SECONDS if lease_seconds is None else lease_seconds))
 
 
 class _LocalBuckets:
@@ -101,8 +101,10 @@ _leases = _Leases()
 _script: Any = None
 
 
-def take_token(key: str, rate: float, burst: int) -> tuple[bool, float]:
-    """(allowed, seconds to wait)."""
+def take_token(key: str, rate: float, burst: int, lease_seconds: float | None = None) -> tuple[bool, float]:
+    """(allowed, seconds to wait). `lease_seconds` (default LEASE_SECONDS): how long this process may
+    keep tokens it took ahead (at most LEASE_MAX of them); longer saves round trips for a steady
+    caller whose requests come further apart (Evolution's webhooks)."""
     global _script
     if _leases.spend(key):
         return True, 0.0
@@ -110,9 +112,9 @@ def take_token(key: str, rate: float, burst: int) -> tuple[bool, float]:
     try:
         if _script is None:
             _script = metrics.redis().register_script(_BUCKET_LUA)
-        granted, wait_ms = _script(keys=[f"ps:ratelimit:{key}"], args=[rate, burst, now, lease_size(rate, burst)])
+        granted, wait_ms = _script(keys=[f"ps:ratelimit:{key}"], args=[rate, burst, now, lease_size(rate, burst, lease_seconds)])
         if int(granted) > 1:
-            _leases.keep(key, int(granted) - 1)
+            _leases.keep(key, int(granted) - 1, lease_seconds)
         return int(granted) >= 1, int(wait_ms) / 1000
     except Exception as exc:
         log.debug("rate limit falling back to this process: %s", exc)
