@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import DatabaseError, DataError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -46,6 +46,12 @@ class JsonErrorMiddleware:
         if isinstance(exception, RequestDataTooBig):
             code, message = _TEXT[413]
             return JsonResponse(error_body(code, message), status=413)
+        if isinstance(exception, SuspiciousOperation):
+            # Too many fields, a bad multipart body, a disallowed host: the client's request is at
+            # fault, and Django itself would answer 400 had this handler not caught it first.
+            log.warning("suspicious request on %s: %s", request.path, exception)
+            code, message = _TEXT[400]
+            return JsonResponse(error_body(code, message), status=400)
         if isinstance(exception, DataError):
             log.warning("value refused by the database on %s: %s", request.path, exception)
             return JsonResponse(error_body("invalid_request", "A value in the request cannot be stored as given."), status=400)

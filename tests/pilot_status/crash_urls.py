@@ -17,7 +17,13 @@ def crashing_plain_view(request: HttpRequest) -> HttpResponse:
     raise RuntimeError("secret internals that must not leak")
 
 
+def form_reading_view(request: HttpRequest) -> HttpResponse:
+    # Reading request.POST raises TooManyFieldsSent (a SuspiciousOperation) past the field limit.
+    return HttpResponse(str(len(request.POST)))
+
+
 urlpatterns = [
+    path("api/internal/form", form_reading_view),
     path("v1/crash", CrashingApiView.as_view()),
     path("api/internal/crash", crashing_plain_view),
     path("", include("pilot_status.urls")),

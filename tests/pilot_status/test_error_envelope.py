@@ -33,3 +33,14 @@ def test_unknown_api_paths_are_json_404(db, path):
     response = Client().get(path)
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def test_a_suspicious_request_on_a_plain_view_is_a_json_400_not_a_500(crash_urls, db, settings):
+    # Django raises SuspiciousOperation subclasses (too many fields, a bad host, a bad multipart)
+    # for requests the client got wrong; the envelope must say 400, as Django itself would.
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 10
+    client = Client()
+    response = client.post("/api/internal/form", "&".join(f"f{i}=1" for i in range(50)),
+                           content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "bad_request"
