@@ -574,7 +574,7 @@ def test_gunicorn_answers_junk_credentials_with_a_4xx(served):
     server, _ = served
     before = stored()
     for authorization in JUNK_CREDENTIALS:
-        head = (b"POST /v1/messages/send HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        head = (b"POST /v1/messages/send HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 b"Authorization: " + authorization + b"\r\n")
         status, answer = server.request(head, encoded(send_body()))
         assert 400 <= status < 500, (authorization[:40], status, answer[:300])
