@@ -51,6 +51,7 @@ webhook_paths = st.one_of(st.sampled_from(WEBHOOK_PATHS),
 pools = st.sampled_from(["web", "webhook"])
 JSON = {"Content-Type": "application/json"}
 FORM = "application/x-www-form-urlencoded"
+MAX_ROUNDS = 8  # hypothesis runs per target (see _fuzz)
 
 
 class ServerError(AssertionError):
@@ -75,6 +76,7 @@ class Recorder:
     unsendable: int = 0
     failures: dict[tuple[str, int, str], Failure] = field(default_factory=dict)
     kinds: dict[tuple[str, int, str], type[ServerError]] = field(default_factory=dict)
+    settled: set[tuple[str, int, str]] = field(default_factory=set)  # shrunk in an earlier round
 
     def check(self, target: str, http: requests.Session, req: Req) -> None:
         self.tail.read()  # what came before this request is not its traceback
@@ -100,6 +102,8 @@ class Recorder:
             known.seen += 1
             if req.size() < known.smallest.size():
                 known.smallest = req
+        if key in self.settled:
+            return  # counted; hypothesis looks for something new instead of finding this again
         kind = self.kinds.setdefault(key, type(f"ServerError{len(self.kinds)}", (ServerError,), {}))
         raise kind(f"{req.method} {req.path[:80]} → {status or 'no answer'}: {summary}")
 
@@ -325,7 +329,10 @@ def _sessions(ctx: Context) -> dict[str, requests.Session]:
 
 def _fuzz(target: Target, http: requests.Session, recorder: Recorder, examples: int, until: float,
           seed_value: int) -> list[str]:
-    """Run one target under hypothesis; returns what hypothesis reported (its falsifying examples)."""
+    """Run one target under hypothesis, in rounds; returns what hypothesis reported (its falsifying
+    examples). Hypothesis stops generating at its first failure and shrinks it; the next round (next
+    seed) counts the failures already shrunk without raising them, so it explores further, until the
+    target's examples or its share of the time are spent, or a round finds nothing new."""
     report: list[str] = []
 
     def check(req: Req) -> None:
@@ -340,19 +347,28 @@ def _fuzz(target: Target, http: requests.Session, recorder: Recorder, examples: 
             recorder.check(target.name, http, req)
         except ServerError as exc:
             report.append(f"explicit input failed: {exc}")
-    test = given(target.strategy)(check)
-    test = hsettings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                     suppress_health_check=list(HealthCheck), report_multiple_bugs=True, print_blob=False,
-                     phases=[Phase.explicit, Phase.generate, Phase.shrink])(test)
-    test = seed(seed_value)(test)
-    with with_reporter(report.append), warnings.catch_warnings():
-        warnings.simplefilter("ignore", HypothesisWarning)  # "overly large repr": Req shortens its own
-        try:
-            test()
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # ServerError(s), or hypothesis' Flaky when a failure did not repeat
-            report += _notes(exc)
+    recorder.settled |= set(recorder.failures)
+    for round_ in range(MAX_ROUNDS):
+        left = examples - recorder.sent[target.name]
+        if left <= 0 or time.monotonic() > until:
+            break
+        test = given(target.strategy)(check)
+        test = hsettings(max_examples=left, deadline=None, database=None, derandomize=False,
+                         suppress_health_check=list(HealthCheck), report_multiple_bugs=True, print_blob=False,
+                         phases=[Phase.generate, Phase.shrink])(test)
+        test = seed(seed_value + round_)(test)
+        known = len(recorder.failures)
+        with with_reporter(report.append), warnings.catch_warnings():
+            warnings.simplefilter("ignore", HypothesisWarning)  # "overly large repr": Req shortens its own
+            try:
+                test()
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # ServerError(s), or hypothesis' Flaky*
+                report += [f"round {round_ + 1}:"] + _notes(exc)
+        recorder.settled |= set(recorder.failures)
+        if len(recorder.failures) == known:
+            break  # a whole round without anything new
     return report
 
 
