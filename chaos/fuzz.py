@@ -247,6 +247,16 @@ class LogTail:
         return summarize(self.read())
 
 
+def signature(summary: str) -> str:
+    """What tells two failures apart: the exception's type and where it was raised, not its message
+    (which carries the input: a different surrogate or position is the same bug); for a logged line
+    without a traceback, the line with its quoted values and numbers taken out."""
+    exc, sep, where = summary.rpartition(" at ")
+    if sep and re.match(r"^[\w.]+(:|$)", exc):
+        return f"{exc.split(':', 1)[0]} at {where}"
+    return re.sub(r"'[^']*'|\b\d+\b", "…", summary)
+
+
 def summarize(text: str) -> list[str]:
     """One line per traceback: the exception, and the innermost frame in the project's code."""
     found = []
