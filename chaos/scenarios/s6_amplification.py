@@ -109,7 +109,7 @@ def _kinds(ctx: Context) -> dict[str, Callable[[int, random.Random], Junk]]:
         form = {"username": secrets.token_urlsafe(rng.randint(151, 8000)), "password": secrets.token_urlsafe(rng.randint(1, 4000))}
         if i % 25 == 0:
             form = {"username": f"guess-{secrets.token_hex(8)}", "password": secrets.token_urlsafe(16)}
-        return ("POST", "web", "/dashboard/login/", {"with_csrf": i % 2 == 0}, form)
+        return ("POST", "web", "/dashboard/login/", {"with_csrf": i % 2 == 0 or i % 25 == 0}, form)
 
     return {"webhook, 60 KB random instance name": long_name, "webhook, random apikey": random_apikey,
             "webhook, junk x-webhook-token": junk_token, "send, bad key, large body": bad_key_send,
