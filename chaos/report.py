@@ -25,6 +25,8 @@ HEADLINE = {
     "S3": ("calls", "answered_401", "inbox_rows_added", "target_status_after"),
     "S4": ("calls", "as_expected", "server_errors"),
     "S5": ("secrets_checked", "tables_searched", "logs_searched", "tables_holding_a_secret", "logs_holding_a_secret"),
+    "S6": ("requests", "server_errors", "max_growth_mb", "over_bound", "workers_replaced", "workers"),
+    "S7": ("examples", "server_errors", "distinct_failures", "statuses"),
 }
 
 

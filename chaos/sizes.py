@@ -35,6 +35,16 @@ class Sizes:
     r7_kills: int = 2
     # S1: schemathesis examples per operation
     s1_examples: int = 40
+    # S6: unauthenticated junk requests against both pools, and the RSS growth each worker may show
+    s6_requests: int = 5000
+    s6_warmup: int = 250  # junk sent before the first reading (code loaded, first-use caches and arenas)
+    s6_growth_mb: float = 10.0
+    s6_webhook_workers: int = 2  # the webhook pool S6 and S7 start next to the stack (gthread, 4 threads)
+    # S7: hypothesis examples per fuzz target (the login form gets a quarter: each try hashes a
+    # password), the time the whole fuzz may take, and its seed
+    s7_examples: int = 300
+    s7_budget_s: float = 600.0
+    s7_seed: int = 8
     # How long a scenario waits for every accepted message to reach a final state
     drain_s: float = 240.0
     senders: int = 8  # client threads posting sends
@@ -49,6 +59,8 @@ SMOKE = Sizes(
     r6_per_case=1, r6_burst=2,
     r7_messages=40, r7_kills=1,
     s1_examples=5,
+    s6_requests=300, s6_warmup=100,
+    s7_examples=12, s7_budget_s=120.0,
     drain_s=120.0, senders=4,
 )
 

@@ -60,3 +60,19 @@ def start_stack(web_workers: int = 2, worker_concurrency: int = 2) -> tuple[obje
     stack = Stack(SimulatorClient(proxy.url), web_workers=web_workers, worker_concurrency=worker_concurrency)
     stack.start()
     return stack, sim, proxy
+
+
+def start_webhook_pool(stack: object, workers: int = 2, threads: int = 4) -> tuple[object, str]:
+    """The Procfile's `webhook` pool (pilot_status.internal_wsgi, gthread workers) next to the chaos
+    stack, on the stack's database and settings: (process, base URL). The chaos stack itself is the
+    single-pool deployment (web also serves /api/internal/), so the scenarios that judge both pools
+    (S6, S7) start this one for their own run and stop it after."""
+    from tests.support.processes import Process, free_port, wait_for_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", "gunicorn", "pilot_status.internal_wsgi:application", "-b", f"127.0.0.1:{port}",
+            "-w", str(workers), "--worker-class", "gthread", "--threads", str(threads), "--timeout", "30",
+            "--graceful-timeout", "5", "--keep-alive", "5"]
+    process = Process("webhook", argv, dict(stack.env)).start()  # type: ignore[attr-defined]
+    wait_for_port(port, proc=process.proc)
+    return process, f"http://127.0.0.1:{port}"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import Counter
 from typing import Any
+
+import requests
 
 from ..context import Sent
 
@@ -40,3 +43,20 @@ def pids(stack: Any, names: tuple[str, ...] = ("relay", "consumer", "web")) -> d
 
 def pause(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def dashboard_session(ctx: Any, project: Any) -> requests.Session:
+    """A new member of `project`, logged in to the dashboard over HTTP (the CSRF cookie in the session)."""
+    from messaging import operators
+
+    username, password = f"chaos-{secrets.token_hex(4)}", secrets.token_urlsafe(12)
+    operators.create_member(project.pk, username, password)
+    http = requests.Session()
+    login = f"{ctx.stack.web_url}/dashboard/login/"
+    http.get(login, timeout=15)
+    r = http.post(login, data={"username": username, "password": password,
+                               "csrfmiddlewaretoken": http.cookies.get("csrftoken", "")},
+                  headers={"Referer": login}, timeout=15, allow_redirects=False)
+    if r.status_code != 302:
+        raise RuntimeError(f"dashboard login failed: {r.status_code}")
+    return http

@@ -5,7 +5,6 @@ instance: 422 `unknown_instance`, as contract §3 says) and nothing of A's chang
 from __future__ import annotations
 
 import re
-import secrets
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +13,7 @@ from django.urls import URLPattern
 from django.utils import timezone
 
 from ..context import Context
+from .common import dashboard_session
 
 FAULT = "project C's API key and dashboard session with project A's ids, on every route"
 MUST = "404 each, nothing changed"
@@ -89,26 +89,10 @@ def _api(ctx: Context, ids: dict[str, str]) -> list[dict[str, Any]]:
     return rows
 
 
-def _dashboard_session(ctx: Context, project: Any) -> requests.Session:
-    from messaging import operators
-
-    username, password = f"chaos-{secrets.token_hex(4)}", secrets.token_urlsafe(12)
-    operators.create_member(project.pk, username, password)
-    http = requests.Session()
-    login = f"{ctx.stack.web_url}/dashboard/login/"
-    http.get(login, timeout=15)
-    r = http.post(login, data={"username": username, "password": password,
-                               "csrfmiddlewaretoken": http.cookies.get("csrftoken", "")},
-                  headers={"Referer": login}, timeout=15, allow_redirects=False)
-    if r.status_code != 302:
-        raise RuntimeError(f"dashboard login failed: {r.status_code}")
-    return http
-
-
 def _dashboard(ctx: Context, ids: dict[str, str]) -> list[dict[str, Any]]:
     from dashboard import urls as dashboard_urls
 
-    http = _dashboard_session(ctx, ctx.world.c.project)
+    http = dashboard_session(ctx, ctx.world.c.project)
     csrf = http.cookies.get("csrftoken", "")
     rows = []
     for pattern in dashboard_urls.urlpatterns:
