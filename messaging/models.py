@@ -85,6 +85,8 @@ class FailureReason(models.TextChoices):
     RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED", "Retries exhausted"
     EXPIRED = "EXPIRED", "deliverUntil passed before a send succeeded"
     REJECTED = "REJECTED", "Rejected by WhatsApp"
+    # An answer was lost and Evolution's records could not show whether that send went out.
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN", "May have been delivered: the outcome of a send is unknown"
 
 
 class ConnectionState(models.TextChoices):
@@ -280,7 +282,14 @@ class Message(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Set when an attempt's answer was lost (timeout after sending): the next attempt first asks
     # Evolution whether that one went out, so a lost answer never becomes a duplicate message.
+    # The lost attempt's window, [unconfirmed_attempt_at, unconfirmed_attempt_until], with clock skew
+    # on both sides: only a record stamped inside it can be that attempt's (sending.evidence).
     unconfirmed_attempt_at = models.DateTimeField(null=True, blank=True)
+    unconfirmed_attempt_until = models.DateTimeField(null=True, blank=True)
+    # Set while Evolution's records cannot tell whether a lost answer's send went out (shown in the
+    # API, dashboard and admin); a message never leaves it silently: SENT on evidence, sent again
+    # only on evidence that it was not, or FAILED OUTCOME_UNKNOWN.
+    outcome_unknown_since = models.DateTimeField(null=True, blank=True)
     evolution_message_id = models.CharField(max_length=64, blank=True, default="")
     remote_jid = models.CharField(max_length=80, blank=True, default="")
     last_gateway_response = models.JSONField(null=True, blank=True)
@@ -299,11 +308,11 @@ class Message(models.Model):
         indexes = [
             # GET /v1/messages lists a project's messages newest first.
             models.Index(fields=["project", "-created_at"], name="msg_project_created"),
-            # ingestion.handlers matches receipts by Evolution's keyId.
+            # sending.evidence looks for other messages to the same number whose answer was lost.
             models.Index(
-                fields=["evolution_message_id"],
-                name="msg_evolution_id",
-                condition=~Q(evolution_message_id=""),
+                fields=["instance", "to"],
+                name="msg_unconfirmed",
+                condition=Q(unconfirmed_attempt_at__isnull=False),
             ),
             # reconciler: QUEUED/SENDING rows (expired leases, lost dispatches, past deliver_until).
             models.Index(
@@ -318,9 +327,23 @@ class Message(models.Model):
                 condition=Q(status__in=["SENT", "SERVER_ACK"]),
             ),
         ]
+        constraints = [
+            # One WhatsApp message belongs to one of ours: a lost answer can never be resolved with
+            # the id of another message's send (issue 22). Also how ingestion.handlers matches
+            # receipts by Evolution's keyId (the index leads with it).
+            models.UniqueConstraint(
+                fields=["evolution_message_id", "instance"],
+                name="msg_evolution_id_once",
+                condition=~Q(evolution_message_id=""),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.category} → {self.to} [{self.status}]"
+
+    @property
+    def outcome_unknown(self) -> bool:
+        return self.outcome_unknown_since is not None or self.failure_reason == FailureReason.OUTCOME_UNKNOWN
 
     @property
     def lane(self) -> str:
@@ -355,6 +378,7 @@ class EventKind(models.TextChoices):
     RESENT = "RESENT", "Force resend"
     DISMISSED = "DISMISSED", "Dismissed"
     RECOVERED = "RECOVERED", "Recovered by a reconciler"
+    CHECKED = "CHECKED", "Lost answer checked with Evolution"
 
 
 class MessageEvent(models.Model):
