@@ -23,7 +23,7 @@ from typing import Any
 from .sizes import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "S1", "S2", "S3", "S4", "S5")
+SCENARIOS = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "S1", "S2", "S3", "S4", "S5")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -33,6 +33,8 @@ class Sizes:
     # R7: relay and consumer killed mid-batch
     r7_messages: int = 600
     r7_kills: int = 2
+    # R8: sends with every fifth answer lost after the send and every fifth other one before
+    r8_messages: int = 2000
     # S1: schemathesis examples per operation
     s1_examples: int = 40
     # How long a scenario waits for every accepted message to reach a final state
@@ -48,6 +50,7 @@ SMOKE = Sizes(
     r5_messages=30, r5_restarts=1,
     r6_per_case=1, r6_burst=2,
     r7_messages=40, r7_kills=1,
+    r8_messages=40,
     s1_examples=5,
     drain_s=120.0, senders=4,
 )

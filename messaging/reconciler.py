@@ -21,9 +21,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from . import lifecycle
-from .sending import evidence
 from .accept import IDEMPOTENCY_TTL, enqueue
 from .models import EventKind, FailureReason, IdempotencyRecord, Message, OutboxEntry, Status
+from .sending import evidence
+from .sending.worker import lease_seconds
 
 # How long a released message may sit unclaimed before we assume the broker lost it. Generous
 # for marketing, whose queue is deep by design; tight for OTP, whose 2-minute life is short.
@@ -52,7 +53,7 @@ def _lost_lease_window(message: Message, now: datetime) -> dict[str, Any]:
     case, sending.budget): that span is the attempt's window, and its outcome is unknown."""
     assert message.lease_expires_at is not None
     since, until = evidence.window(
-        message.lease_expires_at - timedelta(seconds=settings.SEND_LEASE_SECONDS), message.lease_expires_at
+        message.lease_expires_at - timedelta(seconds=lease_seconds()), message.lease_expires_at
     )
     return {
         "unconfirmed_attempt_at": min(since, message.unconfirmed_attempt_at or since),

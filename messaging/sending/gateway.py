@@ -310,7 +310,7 @@ def find_sent_candidates(instance: str, to: str, text: str, since_epoch: float, 
         for record in records:
             if not isinstance(record, dict):
                 continue
-            key = record.get("key") if isinstance(record.get("key"), dict) else {}
+            key: dict[str, Any] = record["key"] if isinstance(record.get("key"), dict) else {}
             stamp = record.get("messageTimestamp")
             stamp = stamp if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else -1
             if (
