@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from messaging import reconciler
 from messaging.models import Message
-from messaging.sending import budget, worker
+from messaging.sending import worker
 from tests.messaging.sending_helpers import make_due, open_on_simulator, send, sends_ok
 from tests.pilot_status.test_settings import start_up
 
@@ -22,6 +22,8 @@ def test_a_lease_shorter_than_a_send_can_take_stops_start_up():
 
 
 def test_the_default_lease_grows_with_the_timeouts():
+    from messaging.sending import budget
+
     result = start_up(EVOLUTION_READ_TIMEOUT="90", TYPING_DELAY_MAX_MS="20000")
     assert result.returncode == 0, result.stderr
     assert budget.lease_seconds_needed(3.0, 90.0, 20000, 50) > 90 + 20
