@@ -185,7 +185,8 @@ def bulk_job_progress(request: HttpRequest, project_id: int, job_id: int) -> Jso
 def message_status(request: HttpRequest, project_id: int, message_id: str) -> JsonResponse:
     project = _project(request, project_id)
     message = get_object_or_404(Message.objects.for_project(project), pk=message_id)
-    return JsonResponse({"id": str(message.pk), "status": message.status, "events": message.events.count()})
+    return JsonResponse({"id": str(message.pk), "status": message.status, "events": message.events.count(),
+                         "outcomeUnknown": message.outcome_unknown})
 
 
 @require_GET

@@ -60,7 +60,9 @@ def judge(message: Message, now: datetime | None = None) -> Verdict:
         return Verdict(UNKNOWN, why="Evolution could not be asked", detail={"error": str(exc)[:300]})
     ids = [str(record["key"]["id"]) for record in records]
     claimed = set(
+        # `<> ''` spelled out so that the partial unique index (msg_evolution_id_once) serves it.
         Message.objects.filter(instance_id=message.instance_id, evolution_message_id__in=ids)
+        .exclude(evolution_message_id="")
         .exclude(pk=message.pk)
         .values_list("evolution_message_id", flat=True)
     )
