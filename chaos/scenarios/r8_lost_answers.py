@@ -28,7 +28,9 @@ def run(ctx: Context) -> dict[str, Any]:
         ctx.sim.faults(instance.name, lose_answer_after_rate=LOST_AFTER, lose_answer_before_rate=LOST_BEFORE,
                        hang_ms=6000)
     ids = [x.id for x in ctx.send_many(s.r8_messages, "r8") if x.id]
-    state = ctx.drain(ids, timeout=max(s.drain_s, s.r8_messages * 0.3))
+    # Each lost answer holds a lane worker for the stack's read timeout (4 s), and a third of the calls
+    # lose theirs: the two utility workers need about 0.8 s per message, so the drain allows 1.2 s.
+    state = ctx.drain(ids, timeout=max(s.drain_s, s.r8_messages * 1.2))
     for instance in ctx.world.a.fleet:
         ctx.sim.faults(instance.name, lose_answer_after_rate=0.0, lose_answer_before_rate=0.0)
 

@@ -67,3 +67,30 @@ def test_a_slow_attempt_is_never_claimed_by_a_second_worker(transactional_db, si
     assert recovered == 0 and second == worker.NOTHING_TO_CLAIM
     assert results == ["sent"]
     assert len(sends_ok(simulator, alice_instance.name)) == 1
+
+
+def test_a_send_that_outlived_its_lease_is_recorded_not_lost(transactional_db, simulator, alice, alice_instance):
+    # given: a slow send whose lease is taken away meanwhile (a stalled worker, a clock jump)
+    open_on_simulator(simulator, alice_instance, latency_ms=1500)
+    message = send(alice)
+    results: list[str] = []
+
+    def first_worker() -> None:
+        try:
+            results.append(worker.send_one(str(message.pk)))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first_worker)
+    thread.start()
+    time.sleep(0.7)
+    Message.objects.filter(pk=message.pk).update(lease_expires_at=timezone.now())
+    assert reconciler.recover_expired_leases() == 1
+    thread.join(30)
+
+    # then: the compare-and-set saw the lease was gone, and the send it made is recorded all the same
+    assert results == [worker.LEASE_LOST]
+    row = Message.objects.get(pk=message.pk)
+    sent = sends_ok(simulator, alice_instance.name)
+    assert row.status == "SENT" and len(sent) == 1 and row.evolution_message_id == sent[0]["id"]
+    assert row.outcome_unknown_since is None and row.unconfirmed_attempt_at is None
