@@ -33,6 +33,8 @@ class Sizes:
     # R7: relay and consumer killed mid-batch
     r7_messages: int = 600
     r7_kills: int = 2
+    # R8: sends with every fifth answer lost after the send and every fifth other one before
+    r8_messages: int = 2000
     # S1: schemathesis examples per operation
     s1_examples: int = 40
     # S6: unauthenticated junk requests against both pools, and the RSS growth each worker may show
@@ -58,6 +60,7 @@ SMOKE = Sizes(
     r5_messages=30, r5_restarts=1,
     r6_per_case=1, r6_burst=2,
     r7_messages=40, r7_kills=1,
+    r8_messages=40,
     s1_examples=5,
     s6_requests=300, s6_warmup=100,
     s7_examples=12, s7_budget_s=120.0,

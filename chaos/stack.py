@@ -21,10 +21,14 @@ CHAOS_ENV = {
     # The fleet shares the load; a high pace keeps 5,000 sends within the time budget.
     "SEND_RATE_PER_INSTANCE": "200",
     "SEND_RATE_BURST": "50",
-    # A killed worker's lease runs out in 10 s instead of 60 s (drains stay short).
-    "SEND_LEASE_SECONDS": "10",
-    # A hung gateway is given up after 4 s (R6 timeouts).
+    # A killed worker's lease runs out in 35 s instead of 60 s (drains stay short). No shorter: a lease
+    # must outlive a claim's worst case with these timeouts (messaging.sending.budget: 34 s, the check of
+    # a lost answer's four look-ups), or start-up refuses it.
+    "SEND_LEASE_SECONDS": "35",
+    # A hung gateway is given up after 4 s (R6 timeouts); the simulator is local, 1 s to connect is plenty.
     "EVOLUTION_READ_TIMEOUT": "4",
+    "EVOLUTION_CONNECT_TIMEOUT": "1",
+    "TYPING_DELAY_MAX_MS": "0",
     "BREAKER_OPEN_SECONDS": "5",
     "TYPING_DELAY_MS_PER_CHAR": "0",
 }

@@ -143,7 +143,9 @@ def _back_to(entry: DeadLetter) -> HttpResponse:
 def resend_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> HttpResponse:
     entry = _dead_letter(_project(request, project_id), dead_letter_id)
     try:
-        done = resend.force_resend(entry, _actor(request))
+        done = resend.force_resend(
+            entry, _actor(request), confirm_maybe_delivered=request.POST.get("confirm_maybe_delivered") == "1"
+        )
     except Rejected as refused:
         messages.error(request, f"Not resent: {refused.message} ({refused.code})")
         return _back_to(entry)
@@ -226,7 +228,8 @@ def bulk_job_progress(request: HttpRequest, project_id: int, job_id: int) -> Jso
 def message_status(request: HttpRequest, project_id: int, message_id: str) -> JsonResponse:
     project = _project(request, project_id)
     message = get_object_or_404(Message.objects.for_project(project), pk=message_id)
-    return JsonResponse({"id": str(message.pk), "status": message.status, "events": message.events.count()})
+    return JsonResponse({"id": str(message.pk), "status": message.status, "events": message.events.count(),
+                         "outcomeUnknown": message.outcome_unknown})
 
 
 @require_GET

@@ -85,10 +85,15 @@ def _actor(request: HttpRequest) -> str:
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
-        "id", "project", "category", "to", "status", "failure_reason", "attempts", "instance",
+        "id", "project", "category", "to", "status", "failure_reason", "outcome_unknown", "attempts", "instance",
         "evolution_message_id", "created_at",
     )
     list_filter = ("status", "category", "failure_reason", "environment", "project")
+
+    @admin.display(description="outcome unknown", boolean=True)
+    def outcome_unknown(self, obj: Message) -> bool:
+        return obj.outcome_unknown
+
     search_fields = ("=id", "to", "=evolution_message_id")
     search_help_text = "Message id, recipient (+E.164) or Evolution message id"
     list_select_related = ("project", "instance")
@@ -111,8 +116,8 @@ class MessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 @admin.register(DeadLetter)
 class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
-        "id", "project", "message_link", "recipient", "category", "reason", "status", "attempts", "created_at",
-        "resolved_by", "resolved_at",
+        "id", "project", "message_link", "recipient", "category", "reason", "outcome_unknown", "status", "attempts",
+        "created_at", "resolved_by", "resolved_at",
     )
     list_filter = ("status", "reason", "message__category", "project", "created_at")
     search_fields = ("=id", "=message__id", "=message__to", "resolved_by")
@@ -123,7 +128,7 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "resolved_by", "resolved_at", "created_at",
     )
     exclude = ("message",)
-    actions = ["force_resend", "dismiss"]
+    actions = ["force_resend", "force_resend_maybe_delivered", "dismiss"]
     date_hierarchy = "created_at"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -146,6 +151,22 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Force resend selected dead letters", permissions=["change"])
     def force_resend(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
         self._act(request, queryset, lambda entry: resend.force_resend(entry, _actor(request)), "resent")
+
+    @admin.action(
+        description="Force resend selected, including those that may have been delivered (OUTCOME_UNKNOWN)",
+        permissions=["change"],
+    )
+    def force_resend_maybe_delivered(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
+        # A separate action: the plain one refuses a message that may have been delivered
+        # (confirmation_required), so sending one twice is always a deliberate choice.
+        self._act(
+            request, queryset,
+            lambda entry: resend.force_resend(entry, _actor(request), confirm_maybe_delivered=True), "resent",
+        )
+
+    @admin.display(description="outcome unknown", boolean=True)
+    def outcome_unknown(self, obj: DeadLetter) -> bool:
+        return obj.message.outcome_unknown
 
     @admin.action(description="Dismiss selected dead letters", permissions=["change"])
     def dismiss(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:

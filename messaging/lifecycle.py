@@ -136,6 +136,7 @@ def mark_sent(
     attempt_detail: dict[str, Any],
     extra_update: dict[str, Any] | None = None,
     attempt_line: writes.TimelineLine | None = None,
+    from_statuses: tuple[str, ...] = (Status.SENDING,),
 ) -> bool:
     """SENDING → SENT, with the attempt that sent it (when given) and the status in the timeline:
     one statement, the hot path of every message."""
@@ -156,7 +157,7 @@ def mark_sent(
         EventKind.STATUS, {"status": Status.SENT, "evolutionMessageId": evolution_message_id}, now
     )
     lines = [attempt_line, status_line] if attempt_line else [status_line]
-    if not writes.compare_and_set(message.pk, (Status.SENDING,), lease_token, changes, lines):
+    if not writes.compare_and_set(message.pk, from_statuses, lease_token, changes, lines):
         if attempt_line is not None:
             # The lease was lost meanwhile, but the attempt did happen: the timeline keeps it.
             message.record(attempt_line.kind, **attempt_line.detail)

@@ -86,6 +86,8 @@ class FailureReason(models.TextChoices):
     RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED", "Retries exhausted"
     EXPIRED = "EXPIRED", "deliverUntil passed before a send succeeded"
     REJECTED = "REJECTED", "Rejected by WhatsApp"
+    # An answer was lost and Evolution's records could not show whether that send went out.
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN", "May have been delivered: the outcome of a send is unknown"
 
 
 class ConnectionState(models.TextChoices):
@@ -302,7 +304,14 @@ class Message(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Set when an attempt's answer was lost (timeout after sending): the next attempt first asks
     # Evolution whether that one went out, so a lost answer never becomes a duplicate message.
+    # The lost attempt's window, [unconfirmed_attempt_at, unconfirmed_attempt_until], with clock skew
+    # on both sides: only a record stamped inside it can be that attempt's (sending.evidence).
     unconfirmed_attempt_at = models.DateTimeField(null=True, blank=True)
+    unconfirmed_attempt_until = models.DateTimeField(null=True, blank=True)
+    # Set while Evolution's records cannot tell whether a lost answer's send went out (shown in the
+    # API, dashboard and admin); a message never leaves it silently: SENT on evidence, sent again
+    # only on evidence that it was not, or FAILED OUTCOME_UNKNOWN.
+    outcome_unknown_since = models.DateTimeField(null=True, blank=True)
     evolution_message_id = models.CharField(max_length=64, blank=True, default="")
     remote_jid = models.CharField(max_length=80, blank=True, default="")
     last_gateway_response = models.JSONField(null=True, blank=True)
@@ -330,11 +339,11 @@ class Message(models.Model):
         indexes = [
             # GET /v1/messages lists a project's messages newest first.
             models.Index(fields=["project", "-created_at"], name="msg_project_created"),
-            # ingestion.handlers matches receipts by Evolution's keyId.
+            # sending.evidence looks for other messages to the same number whose answer was lost.
             models.Index(
-                fields=["evolution_message_id"],
-                name="msg_evolution_id",
-                condition=~Q(evolution_message_id=""),
+                fields=["instance", "to"],
+                name="msg_unconfirmed",
+                condition=Q(unconfirmed_attempt_at__isnull=False),
             ),
             # reconciler: QUEUED/SENDING rows (expired leases, lost dispatches, past deliver_until).
             models.Index(
@@ -351,9 +360,23 @@ class Message(models.Model):
                 condition=Q(status__in=["SENT", "SERVER_ACK"], status_sync_stopped_at__isnull=True),
             ),
         ]
+        constraints = [
+            # One WhatsApp message belongs to one of ours: a lost answer can never be resolved with
+            # the id of another message's send (issue 22). Also how ingestion.handlers matches
+            # receipts by Evolution's keyId (the index leads with it).
+            models.UniqueConstraint(
+                fields=["evolution_message_id", "instance"],
+                name="msg_evolution_id_once",
+                condition=~Q(evolution_message_id=""),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.category} → {self.to} [{self.status}]"
+
+    @property
+    def outcome_unknown(self) -> bool:
+        return self.outcome_unknown_since is not None or self.failure_reason == FailureReason.OUTCOME_UNKNOWN
 
     @property
     def lane(self) -> str:
@@ -391,6 +414,7 @@ class EventKind(models.TextChoices):
     # Status sync asked Evolution for STATUS_SYNC_GIVE_UP_AFTER_HOURS and never heard of a receipt:
     # it stops asking. The message keeps its status (SENT or SERVER_ACK).
     SYNC_STOPPED = "SYNC_STOPPED", "Status checks stopped"
+    CHECKED = "CHECKED", "Lost answer checked with Evolution"
 
 
 class MessageEvent(models.Model):

@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from . import lifecycle
 from .accept import IDEMPOTENCY_TTL, enqueue
 from .models import EventKind, FailureReason, IdempotencyRecord, Message, OutboxEntry, Status
+from .sending import evidence
+from .sending.worker import lease_seconds
 
 # How long a released message may sit unclaimed before we assume the broker lost it. Generous
 # for marketing, whose queue is deep by design; tight for OTP, whose 2-minute life is short.
@@ -51,6 +55,20 @@ def _over(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
+def _lost_lease_window(message: Message, now: datetime) -> dict[str, Any]:
+    """A dead worker could only have sent while its lease ran (the lease outlives a claim's worst
+    case, sending.budget): that span is the attempt's window, and its outcome is unknown."""
+    assert message.lease_expires_at is not None
+    since, until = evidence.window(
+        message.lease_expires_at - timedelta(seconds=lease_seconds()), message.lease_expires_at
+    )
+    return {
+        "unconfirmed_attempt_at": min(since, message.unconfirmed_attempt_at or since),
+        "unconfirmed_attempt_until": until,
+        "outcome_unknown_since": message.outcome_unknown_since or now,
+    }
+
+
 def recover_expired_leases(limit: int = BATCH, deadline: float | None = None) -> int:
     now = timezone.now()
     recovered = 0
@@ -64,7 +82,7 @@ def recover_expired_leases(limit: int = BATCH, deadline: float | None = None) ->
             now,
             EventKind.RECOVERED,
             detail={"why": "lease expired (worker died or hung)"},
-            extra_update={"unconfirmed_attempt_at": message.lease_expires_at - timedelta(minutes=5)},
+            extra_update=_lost_lease_window(message, now),
         ):
             recovered += 1
     return recovered
@@ -102,13 +120,21 @@ def redispatch_lost(limit: int = BATCH, deadline: float | None = None) -> int:
 def expire_overdue(limit: int = BATCH, deadline: float | None = None) -> int:
     now = timezone.now()
     expired = 0
-    for message in Message.objects.filter(status=Status.QUEUED, deliver_until__lte=now)[:limit]:
+    # A message whose last answer was lost is the lane worker's to decide (it asks Evolution first);
+    # only if it has not within UNCONFIRMED_GRACE_SECONDS is it failed here, as unknown.
+    grace = now - timedelta(seconds=settings.UNCONFIRMED_GRACE_SECONDS)
+    overdue = Message.objects.filter(status=Status.QUEUED, deliver_until__lte=now).filter(
+        Q(unconfirmed_attempt_at__isnull=True) | Q(deliver_until__lte=grace)
+    )
+    for message in overdue[:limit]:
+        unknown = message.unconfirmed_attempt_at is not None
         if _over(deadline):
             break
         if lifecycle.fail(
             message,
-            FailureReason.EXPIRED,
-            "deliverUntil passed before a send succeeded",
+            FailureReason.OUTCOME_UNKNOWN if unknown else FailureReason.EXPIRED,
+            "deliverUntil passed; an answer from Evolution was lost and the message may have been delivered"
+            if unknown else "deliverUntil passed before a send succeeded",
             response=message.last_gateway_response,
             from_statuses=(Status.QUEUED,),
         ):

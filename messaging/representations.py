@@ -48,6 +48,10 @@ def message_body(message: Message, events: list[MessageEvent] | None = None) -> 
         "attempts": message.attempts,
         "maxAttempts": message.max_attempts,
         "evolutionMessageId": message.evolution_message_id or None,
+        # An answer from Evolution was lost and its records could not tell whether it was sent:
+        # the message may have been delivered (FAILED OUTCOME_UNKNOWN, or still being checked).
+        "outcomeUnknown": message.outcome_unknown,
+        "outcomeUnknownSince": iso(message.outcome_unknown_since),
         "metadata": message.metadata,
         "deliverUntil": iso(message.deliver_until),
         "nextAttemptAt": iso(message.next_attempt_at) if message.status == "QUEUED" else None,
@@ -78,4 +82,5 @@ def dead_letter_body(entry: DeadLetter) -> dict[str, Any]:
         "createdAt": iso(entry.created_at),
         "category": entry.message.category,
         "to": entry.message.to,
+        "outcomeUnknown": entry.message.outcome_unknown,
     }

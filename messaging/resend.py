@@ -53,6 +53,23 @@ class AlreadyResolved(Rejected):
         )
 
 
+class ConfirmationRequired(Rejected):
+    """The message may have been delivered (OUTCOME_UNKNOWN): resending it may send it twice."""
+
+    def __init__(self, entry: DeadLetter):
+        super().__init__(
+            409,
+            "confirmation_required",
+            "This message may already have been delivered (an answer from Evolution was lost): resending it "
+            "may deliver it twice. Resend with confirmMaybeDelivered set to true to send it anyway.",
+            {"reason": entry.reason, "outcomeUnknown": True},
+        )
+
+
+def needs_confirmation(message: Message) -> bool:
+    return message.outcome_unknown
+
+
 def _already(entry: DeadLetter) -> str:
     return ALREADY_RESENT if entry.status == DeadLetterStatus.RESENT else ALREADY_DISMISSED
 
@@ -94,11 +111,14 @@ def check_deliver_until(category: str, deliver_until: datetime, now: datetime) -
                        {"fields": {"deliverUntil": [f"At most {limit} s ahead for {category}."]}})
 
 
-def force_resend(dead_letter: DeadLetter, actor: str, deliver_until: datetime | None = None) -> Done:
+def force_resend(
+    dead_letter: DeadLetter, actor: str, deliver_until: datetime | None = None, confirm_maybe_delivered: bool = False
+) -> Done:
     """FAILED → QUEUED with a fresh attempt budget and deliverUntil; the entry becomes RESENT.
 
     Raises Rejected when the funnel refuses (nothing is changed then) or when the entry was
-    dismissed. Resending an entry that is already resent returns ALREADY_RESENT.
+    dismissed, and ConfirmationRequired for a message that may have been delivered (OUTCOME_UNKNOWN)
+    unless the caller confirms it. Resending an entry that is already resent returns ALREADY_RESENT.
     """
     now = timezone.now()
     with transaction.atomic():
@@ -111,6 +131,9 @@ def force_resend(dead_letter: DeadLetter, actor: str, deliver_until: datetime | 
         if message.status != Status.FAILED:
             # A dead letter always belongs to a FAILED message; if not, someone else moved it.
             return Done(NOT_FAILED, entry)
+        maybe_delivered = needs_confirmation(message)
+        if maybe_delivered and not confirm_maybe_delivered:
+            raise ConfirmationRequired(entry)
         until = deliver_until or rules.deliver_until_for(message.category, now)
         check_deliver_until(message.category, until, now)
         instance = check_funnel(message.project, message.environment, _send_request(message, until))
@@ -125,6 +148,8 @@ def force_resend(dead_letter: DeadLetter, actor: str, deliver_until: datetime | 
             lease_token=None,
             lease_expires_at=None,
             unconfirmed_attempt_at=None,
+            unconfirmed_attempt_until=None,
+            outcome_unknown_since=None,
             failure_reason="",
             failure_detail="",
             failed_at=None,
@@ -152,6 +177,7 @@ def force_resend(dead_letter: DeadLetter, actor: str, deliver_until: datetime | 
             previousReason=entry.reason,
             instance=instance.name,
             deliverUntil=until.isoformat(),
+            **({"confirmedMaybeDelivered": True} if maybe_delivered else {}),
         )
         enqueue(message, now)
         entry.refresh_from_db()
@@ -217,7 +243,8 @@ class Tally:
 
 
 def resend_each(entries: list[DeadLetter], actor: str) -> Tally:
-    """Force-resend a chunk, counting what happened; one refusal never stops the others."""
+    """Force-resend a chunk, counting what happened; one refusal never stops the others. A message
+    that may have been delivered is refused (ConfirmationRequired): a bulk action never confirms that."""
     tally = Tally()
     for entry in entries:
         tally.last_id = max(tally.last_id, entry.pk)

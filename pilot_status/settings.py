@@ -17,6 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from . import production
+from messaging.sending.budget import lease_seconds_needed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -287,7 +288,6 @@ if _INTERNAL_HOST and "*" not in ALLOWED_HOSTS and _INTERNAL_HOST not in ALLOWED
 
 # Sending policy (contract §5, issue 4). Named so that operators can find and tune them.
 SEND_MAX_ATTEMPTS = envint("SEND_MAX_ATTEMPTS", 10, minimum=1)
-SEND_LEASE_SECONDS = envint("SEND_LEASE_SECONDS", 60, minimum=5)
 RELAY_BATCH_SIZE = envint("RELAY_BATCH_SIZE", 200, minimum=1)
 RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0, above=0)
 # A release commits only once RabbitMQ has confirmed every task of it; a broker that has not within
@@ -321,6 +321,28 @@ RELAY_LANE_DEPTH = envint("RELAY_LANE_DEPTH", 100, minimum=1)
 OTP_WINDOW_MS = envint("OTP_WINDOW_MS", 50, minimum=0)
 if OTP_WINDOW_MS > 1000:
     raise ImproperlyConfigured(f"OTP_WINDOW_MS must be at most 1000 (one OTP's way to SENT), got {OTP_WINDOW_MS}")
+# A claim's lease must outlive the claim's worst case (messaging.sending.budget: timeouts, typing delay,
+# send slot, OTP window), or a second worker could take a message that is still being sent (issue 22):
+# by default it is that worst case plus a margin (at least 60 s), and a shorter SEND_LEASE_SECONDS is
+# refused at start-up.
+SEND_LEASE_SECONDS_NEEDED = lease_seconds_needed(
+    EVOLUTION_CONNECT_TIMEOUT, EVOLUTION_READ_TIMEOUT, TYPING_DELAY_MAX_MS, OTP_WINDOW_MS
+)
+SEND_LEASE_SECONDS = envint("SEND_LEASE_SECONDS", max(60, SEND_LEASE_SECONDS_NEEDED), minimum=5)
+if SEND_LEASE_SECONDS < SEND_LEASE_SECONDS_NEEDED:
+    raise ImproperlyConfigured(
+        f"SEND_LEASE_SECONDS={SEND_LEASE_SECONDS} is shorter than one send attempt can take "
+        f"({SEND_LEASE_SECONDS_NEEDED} s with EVOLUTION_CONNECT_TIMEOUT, EVOLUTION_READ_TIMEOUT, TYPING_DELAY_MAX_MS "
+        "and OTP_WINDOW_MS as set): a second worker could claim a message still being sent"
+    )
+# After a lost answer, a record Evolution stamped this many seconds outside the attempt still counts
+# as possibly the attempt's (the two clocks may differ; Evolution stamps whole seconds).
+UNCONFIRMED_CLOCK_SKEW_SECONDS = envfloat("UNCONFIRMED_CLOCK_SKEW_SECONDS", 2.0, minimum=0, at_most=60)
+# How long after its deliverUntil a message whose last answer was lost may still be checked with
+# Evolution before the reconciler fails it OUTCOME_UNKNOWN (the lane worker normally decides first).
+UNCONFIRMED_GRACE_SECONDS = envint("UNCONFIRMED_GRACE_SECONDS", 600, minimum=0)
+# How long an attempt's answer may take after its read timeout passed before we ask Evolution about it.
+UNCONFIRMED_SETTLE_SECONDS = envfloat("UNCONFIRMED_SETTLE_SECONDS", 5.0, minimum=0, at_most=300)
 # How long an instance's connectionState answer is trusted (smart wait, issue 4 §3).
 INSTANCE_STATE_CACHE_SECONDS = envfloat("INSTANCE_STATE_CACHE_SECONDS", 3.0)
 

@@ -20,7 +20,7 @@ from .state import STATES, Instance, World
 from .whatsapp import WhatsApp
 
 _INSTANCE_KEYS = {"name", "id", "token", "state", "status_reason", "deleted", "loaded", "owner_jid",
-                  "profile_name", "profile_picture_url", "integration", "webhook", "rabbitmq", "faults"}
+                  "profile_name", "profile_picture_url", "integration", "webhook", "rabbitmq", "faults", "lids"}
 _RETRY_KEYS = {"max_attempts", "initial_delay_s", "max_delay_s", "jitter", "exponential",
                "non_retryable_status_codes"}
 
@@ -94,6 +94,8 @@ def apply_instance(world: World, whatsapp: WhatsApp, name: str, patch: dict[str,
     for field in ("deleted", "loaded"):
         if field in patch:
             setattr(inst, field, _bool(patch[field], field))
+    if "lids" in patch:
+        inst.lids = _lids(patch["lids"])
     if "webhook" in patch:
         _apply_webhook(inst, patch["webhook"])
     if "rabbitmq" in patch:
@@ -106,6 +108,15 @@ def apply_instance(world: World, whatsapp: WhatsApp, name: str, patch: dict[str,
     elif state is not None:
         whatsapp.set_state(inst, state, reason)
     return inst
+
+
+def _lids(value: Any) -> dict[str, str]:
+    """Contacts WhatsApp addresses by LID: phone number (digits) → its `…@lid` jid."""
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.endswith("@lid") and v[:-4].isdigit() for k, v in value.items()
+    ):
+        raise _fail("lids must map phone numbers to jids like 123456789012345@lid")
+    return {digits_of(k): v for k, v in value.items()}
 
 
 def _apply_webhook(inst: Instance, data: Any) -> None:

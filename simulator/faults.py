@@ -10,7 +10,7 @@ from . import errors
 from .ids import digits_of
 
 _RATES = ("error_rate", "hang_rate", "webhook_drop_rate", "webhook_duplicate_rate",
-          "rabbitmq_drop_rate", "rabbitmq_duplicate_rate")
+          "rabbitmq_drop_rate", "rabbitmq_duplicate_rate", "lose_answer_before_rate", "lose_answer_after_rate")
 _NUMBERS = ("latency_ms", "hang_ms")
 
 
@@ -24,6 +24,10 @@ class Faults:
     hang_rate: float = 0.0
     hang_ms: float = 60000.0
     hang_after_send: bool = False
+    # Answers lost for good (the caller's read timeout passes, hang_ms later an error comes): before
+    # anything is sent, or after the message reached WhatsApp. One draw per call, so the two rates add.
+    lose_answer_before_rate: float = 0.0
+    lose_answer_after_rate: float = 0.0
     not_on_whatsapp: list[str] = field(default_factory=list)
     number_cached: bool = False
     ack_delays_ms: dict[str, float | None] = field(default_factory=dict)
@@ -90,6 +94,17 @@ class Faults:
 
     def hangs(self) -> bool:
         return bool(self.hang_rate) and random.random() < self.hang_rate
+
+    def lost_answer(self) -> str | None:
+        """"before" or "after" when this call's answer is to be lost (lose_answer_*_rate), else None."""
+        if not (self.lose_answer_before_rate or self.lose_answer_after_rate):
+            return None
+        draw = random.random()
+        if draw < self.lose_answer_after_rate:
+            return "after"
+        if draw < self.lose_answer_after_rate + self.lose_answer_before_rate:
+            return "before"
+        return None
 
 
 def _is_number(value: Any) -> bool:

@@ -22,7 +22,9 @@ async def send_text(request: web.Request) -> web.StreamResponse:
     # allows POST /message/sendText/{instance}
     world = request.app[WORLD]
     record: dict[str, Any] = {"instance": request.match_info["instance"], "number": None, "text": None,
-                              "delay": None, "at": time.time(), "status": None, "id": None}
+                              "delay": None, "at": time.time(), "status": None, "id": None,
+                              # True once the message reached WhatsApp (whatever the caller hears).
+                              "reached": False, "answer_lost": None}
     world.sends.append(record)
     try:
         response = await _send_text(request, record)
@@ -50,8 +52,13 @@ async def _send_text(request: web.Request, record: dict[str, Any]) -> web.Stream
     injected = faults.injected_error()
     if injected is not None:
         return errors.reply(injected, faults.error_response_body(injected))
-    hang = faults.hangs()
-    if hang and not faults.hang_after_send:
+    lost = faults.lost_answer()
+    record["answer_lost"] = lost
+    if lost == "before":
+        await asyncio.sleep(faults.hang_ms / 1000)
+        return errors.reply(faults.error_status, faults.error_response_body(faults.error_status))
+    hang = faults.hangs() or lost == "after"
+    if hang and not faults.hang_after_send and lost is None:
         # The gateway swallows the request: nothing is sent, the answer comes (too) late.
         await asyncio.sleep(faults.hang_ms / 1000)
         return errors.reply(faults.error_status, faults.error_response_body(faults.error_status))
@@ -74,6 +81,7 @@ async def _send_text(request: web.Request, record: dict[str, Any]) -> web.Stream
             return errors.bad_request("Error: Connection Closed")
     msg = whatsapp.send_text(inst, jid, text)
     record["id"] = msg.response["key"]["id"]
+    record["reached"] = True
     response = errors.reply(201, msg.response)
     if hang:
         await asyncio.sleep(faults.hang_ms / 1000)  # sent, events flowing, answer stuck
@@ -140,7 +148,11 @@ async def whatsapp_numbers(request: web.Request) -> web.StreamResponse:
     result = []
     for number in body.get("numbers") or []:
         jid, exists = whatsapp.lookup(inst, number)
-        result.append({"jid": jid, "exists": exists, "number": number})
+        entry: dict[str, Any] = {"jid": jid, "exists": exists, "number": number}
+        lid = whatsapp.lid_of(inst, jid) if exists else None
+        if lid:
+            entry["lid"] = lid  # OnWhatsAppDto's optional lid, given when WhatsApp knows one
+        result.append(entry)
     return errors.reply(200, result)
 
 

@@ -88,6 +88,9 @@ class Instance:
     webhook: WebhookRow = field(default_factory=WebhookRow)
     rabbitmq: RabbitRow = field(default_factory=RabbitRow)
     faults: Faults = field(default_factory=Faults)
+    # Contacts WhatsApp addresses by LID (phone digits → `…@lid`): their chats and messages are
+    # stored under the LID jid, as Evolution 2.3.7 does, with the phone jid as `remoteJidAlt`.
+    lids: dict[str, str] = field(default_factory=dict)
     messages: OrderedDict[str, StoredMessage] = field(default_factory=OrderedDict)
     # Evolution's injected 1:1 contextInfo; identical for every message, so shared (memory).
     context_info: dict[str, Any] = field(default_factory=dict)
@@ -134,6 +137,7 @@ class Instance:
             },
             "rabbitmq": {"enabled": self.rabbitmq.enabled, "events": self.rabbitmq.events},
             "faults": self.faults.to_dict(),
+            "lids": dict(self.lids),
             "created_at": self.created_at,
         }
 

@@ -24,6 +24,10 @@ class WhatsApp:
 
     # -- numbers -----------------------------------------------------------------------
     @staticmethod
+    def lid_of(inst: Instance, jid: str) -> str | None:
+        return inst.lids.get(jid.split("@", 1)[0])
+
+    @staticmethod
     def lookup(inst: Instance, raw_number: str) -> tuple[str, bool]:
         jid = ids.create_jid(raw_number)
         if jid.startswith("@"):
@@ -38,8 +42,11 @@ class WhatsApp:
     # -- sending -----------------------------------------------------------------------
     def send_text(self, inst: Instance, jid: str, text: str) -> StoredMessage:
         now = int(time.time())
+        lid = inst.lids.get(jid.split("@", 1)[0])
+        key = {"remoteJid": lid, "fromMe": True, "id": ids.message_id(), "remoteJidAlt": jid} if lid else {
+            "remoteJid": jid, "fromMe": True, "id": ids.message_id()}
         response: dict[str, Any] = {
-            "key": {"remoteJid": jid, "fromMe": True, "id": ids.message_id()},
+            "key": key,
             "pushName": PUSH_NAME,
             "status": "PENDING",
             "message": {"conversation": text},

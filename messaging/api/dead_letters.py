@@ -50,6 +50,9 @@ class DeadLetterListQuerySerializer(StrictSerializer):
 
 class ResendSerializer(StrictSerializer):
     deliverUntil = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    # Required (true) for a message that may already have been delivered (OUTCOME_UNKNOWN): else 409
+    # confirmation_required and nothing changes.
+    confirmMaybeDelivered = serializers.BooleanField(required=False, default=False)
 
 
 class DismissSerializer(StrictSerializer):
@@ -78,7 +81,7 @@ DeadLetterBody = inline_serializer(
     {
         "id": serializers.IntegerField(),
         "messageId": serializers.UUIDField(),
-        "reason": serializers.CharField(),
+        "reason": serializers.ChoiceField(choices=FailureReason.values),
         "detail": serializers.CharField(),
         "lastGatewayResponse": serializers.JSONField(allow_null=True),
         "attempts": serializers.IntegerField(),
@@ -88,6 +91,7 @@ DeadLetterBody = inline_serializer(
         "createdAt": serializers.DateTimeField(),
         "category": serializers.CharField(),
         "to": serializers.CharField(),
+        "outcomeUnknown": serializers.BooleanField(),
     },
 )
 DeadLetterPage = inline_serializer(
@@ -150,7 +154,10 @@ class DeadLetterResendView(_DeadLetterActionView):
         params = ResendSerializer(data=request.data if request.data else {})
         params.is_valid(raise_exception=True)
         entry = self.entry(dead_letter_id)
-        done = resend.force_resend(entry, self.actor, params.validated_data["deliverUntil"])
+        done = resend.force_resend(
+            entry, self.actor, params.validated_data["deliverUntil"],
+            confirm_maybe_delivered=params.validated_data["confirmMaybeDelivered"],
+        )
         return self.answer(done)
 
 

@@ -8,6 +8,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
+from ..models import FailureReason
+
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     str,
@@ -56,7 +58,8 @@ MessageEvent = _EVENT = inline_serializer(
 _MESSAGE_FIELDS: dict[str, Any] = {
     "id": serializers.UUIDField(),
     "status": serializers.CharField(),
-    "failureReason": serializers.CharField(allow_null=True),
+    # OUTCOME_UNKNOWN: an answer from Evolution was lost and the message may have been delivered.
+    "failureReason": serializers.ChoiceField(choices=FailureReason.values, allow_null=True),
     "failureDetail": serializers.CharField(allow_null=True),
     "category": serializers.CharField(),
     "priority": serializers.CharField(),
@@ -67,6 +70,10 @@ _MESSAGE_FIELDS: dict[str, Any] = {
     "attempts": serializers.IntegerField(),
     "maxAttempts": serializers.IntegerField(),
     "evolutionMessageId": serializers.CharField(allow_null=True),
+    "outcomeUnknown": serializers.BooleanField(
+        help_text="An answer from Evolution was lost and its records cannot tell whether the message was sent"
+    ),
+    "outcomeUnknownSince": serializers.DateTimeField(allow_null=True),
     "metadata": serializers.DictField(),
     "deliverUntil": serializers.DateTimeField(),
     "nextAttemptAt": serializers.DateTimeField(allow_null=True),

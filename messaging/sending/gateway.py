@@ -7,14 +7,17 @@ sent, permanent (with a FailureReason), transient, disconnected, misconfigured, 
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import requests
 from django.conf import settings
 
 from ..models import FailureReason
+from . import budget
 
 SENT = "sent"
 PERMANENT = "permanent"
@@ -198,7 +201,7 @@ def connection_state(instance: str) -> str | None:
     """open / connecting / close, "missing" for an unknown instance, or None when Evolution is unreachable."""
     url = f"{settings.EVOLUTION_API_URL}/instance/connectionState/{instance}"
     try:
-        response = _session().get(url, timeout=_timeout(5.0))
+        response = _session().get(url, timeout=_timeout(budget.CHECK_READ_TIMEOUT))
     except requests.RequestException:
         return None
     if response.status_code == 404:
@@ -234,29 +237,88 @@ class CannotTell(Exception):
     """Evolution could not be asked (down, timeout, odd answer)."""
 
 
-def find_sent_message(instance: str, to: str, text: str, since_epoch: float) -> dict[str, Any] | None:
-    """Look for a message we may have sent (an answer was lost): same recipient, same text, recent.
-
-    Returns the record, None when Evolution has no such message; raises CannotTell otherwise.
-    """
-    url = f"{settings.EVOLUTION_API_URL}/chat/findMessages/{instance}"
-    jid = f"{digits(to)}@s.whatsapp.net"
+def recipient_jids(instance: str, to: str) -> list[str]:
+    """Every jid Evolution may file a chat with `to` under: the one WhatsApp confirms (Brazil's 9th
+    digit), the plain digits one, and the contact's LID (`…@lid`) when whatsappNumbers gives one.
+    Raises CannotTell when Evolution cannot be asked: a LID chat could then be missed."""
+    plain = f"{digits(to)}@s.whatsapp.net"
+    url = f"{settings.EVOLUTION_API_URL}/chat/whatsappNumbers/{instance}"
     try:
-        response = _session().post(
-            url,
-            json={"where": {"key": {"remoteJid": jid, "fromMe": True}}, "page": 1, "offset": 50},
-            timeout=_timeout(5.0),
-        )
+        response = _session().post(url, json={"numbers": [digits(to)]}, timeout=_timeout(budget.CHECK_READ_TIMEOUT))
     except requests.RequestException as exc:
-        raise CannotTell(str(exc)) from exc
+        raise CannotTell(f"whatsappNumbers: {exc}") from exc
     if response.status_code not in (200, 201):
-        raise CannotTell(f"HTTP {response.status_code}")
+        raise CannotTell(f"whatsappNumbers: HTTP {response.status_code}")
     body = _parse(response)
-    records = (((body or {}).get("messages") or {}).get("records")) if isinstance(body, dict) else None
-    for record in records or []:
-        message = record.get("message") or {}
-        sent_text = message.get("conversation") or (message.get("extendedTextMessage") or {}).get("text")
-        if sent_text == text and int(record.get("messageTimestamp") or 0) >= int(since_epoch) - 1:
-            found: dict[str, Any] = record
-            return found
-    return None
+    jids = [plain]
+    for entry in body if isinstance(body, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        for name in ("jid", "lid"):
+            value = entry.get(name)
+            if isinstance(value, str) and value:
+                jid = value if "@" in value else f"{value}@{'lid' if name == 'lid' else 's.whatsapp.net'}"
+                if jid not in jids:
+                    jids.append(jid)
+    return jids[: budget.CHECK_JIDS]
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def record_text(record: dict[str, Any]) -> str | None:
+    message = record.get("message") or {}
+    if not isinstance(message, dict):
+        return None
+    text = message.get("conversation") or (message.get("extendedTextMessage") or {}).get("text")
+    return text if isinstance(text, str) else None
+
+
+def find_sent_candidates(instance: str, to: str, text: str, since_epoch: float, until_epoch: float) -> list[dict[str, Any]]:
+    """Our outgoing records to `to` (under any of its jids) with this text, stamped inside
+    [since, until] (whole seconds, as Evolution stamps them): the sends a lost answer may have been.
+
+    Returns them (possibly none); raises CannotTell when Evolution could not be asked or answered
+    more than one page (a record could hide on the next one)."""
+    url = f"{settings.EVOLUTION_API_URL}/chat/findMessages/{instance}"
+    since, until = math.floor(since_epoch), math.ceil(until_epoch)
+    found: dict[str, dict[str, Any]] = {}
+    jids = recipient_jids(instance, to)
+    for jid in jids:
+        query = {
+            "where": {
+                "key": {"remoteJid": jid, "fromMe": True},
+                "messageTimestamp": {"gte": _iso(since), "lte": _iso(until)},
+            },
+            "page": 1,
+            "offset": 50,
+        }
+        try:
+            response = _session().post(url, json=query, timeout=_timeout(budget.CHECK_READ_TIMEOUT))
+        except requests.RequestException as exc:
+            raise CannotTell(f"findMessages: {exc}") from exc
+        if response.status_code not in (200, 201):
+            raise CannotTell(f"findMessages: HTTP {response.status_code}")
+        body = _parse(response)
+        page = (body.get("messages") if isinstance(body, dict) else None) or {}
+        records = page.get("records") if isinstance(page, dict) else None
+        if not isinstance(records, list):
+            raise CannotTell("findMessages: no records in the answer")
+        if isinstance(page.get("total"), int) and page["total"] > len(records):
+            raise CannotTell(f"findMessages: {page['total']} records in the window, more than one page")
+        for record in records:
+            if not isinstance(record, dict):
+                continue
+            key: dict[str, Any] = record["key"] if isinstance(record.get("key"), dict) else {}
+            stamp = record.get("messageTimestamp")
+            stamp = stamp if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else -1
+            if (
+                record_text(record) == text
+                and key.get("fromMe") is True
+                and isinstance(key.get("id"), str) and key["id"]
+                and (key.get("remoteJid") in jids or key.get("remoteJidAlt") in jids)
+                and since <= stamp <= until
+            ):
+                found[key["id"]] = record
+    return list(found.values())

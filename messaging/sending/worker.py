@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pilot_status import metrics
@@ -19,7 +20,7 @@ from pilot_status.database import checking_connection
 
 from .. import lifecycle, otp_window, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
-from . import backoff, breaker, gateway, instance_state, pacing, routing
+from . import backoff, breaker, budget, evidence, gateway, instance_state, pacing, routing
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,21 @@ MISCONFIGURED_WAIT = timedelta(seconds=30)
 
 CLAIMED = "claimed"
 NOTHING_TO_CLAIM = "nothing_to_claim"
+LEASE_LOST = "lease_lost"
+
+_UNKNOWN_CLEARED: dict[str, object] = {
+    "unconfirmed_attempt_at": None, "unconfirmed_attempt_until": None, "outcome_unknown_since": None,
+}
+
+
+def lease_seconds() -> float:
+    """The lease a claim takes: SEND_LEASE_SECONDS, and never less than the claim's worst case
+    (settings refuses a shorter one at start-up; this also holds for settings changed at run time)."""
+    needed = budget.lease_seconds_needed(
+        settings.EVOLUTION_CONNECT_TIMEOUT, settings.EVOLUTION_READ_TIMEOUT, settings.TYPING_DELAY_MAX_MS,
+        settings.OTP_WINDOW_MS,
+    )
+    return float(max(settings.SEND_LEASE_SECONDS, needed))
 
 
 def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
@@ -43,7 +59,7 @@ def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
         now,
         # One second of slack for clock skew between the relay's host and this one.
         due_by=now + timedelta(seconds=1),
-        lease_until=now + timedelta(seconds=settings.SEND_LEASE_SECONDS),
+        lease_until=now + timedelta(seconds=lease_seconds()),
     ))
     return None if message is None else (message, token)
 
@@ -57,17 +73,24 @@ def send_one(message_id: str) -> str:
     if claimed is None:
         return NOTHING_TO_CLAIM
     message, token = claimed
+    if message.unconfirmed_attempt_at is not None:
+        # Before anything else, even past deliverUntil: a lost answer's send may have gone out.
+        resolved = resolve_lost_answer(message, token)
+        if resolved is not None:
+            return resolved
     now = timezone.now()
     if message.deliver_until <= now:
         lifecycle.fail(
             message, FailureReason.EXPIRED, "deliverUntil passed before a send succeeded", lease_token=token
         )
         return "expired"
-
-    if message.unconfirmed_attempt_at is not None:
-        found = _check_unconfirmed(message, token)
-        if found is not None:
-            return found
+    if message.attempts >= message.max_attempts:
+        # Only after a last attempt whose lost answer turned out not to have been sent.
+        lifecycle.fail(
+            message, FailureReason.RETRIES_EXHAUSTED,
+            f"{message.attempts} attempts failed; the last one was not sent (findMessages)", lease_token=token,
+        )
+        return "failed"
 
     route = routing.choose(message, token)
     if isinstance(route, routing.Hold):
@@ -83,14 +106,15 @@ def send_one(message_id: str) -> str:
         otp_window.wait_for_window(f"send:{message.lane}")
     if not take_send_slot(message, token, route):
         return "held"
+    started = timezone.now()
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
-        done = apply_outcome(message, token, instance, outcome)
+        done = apply_outcome(message, token, instance, outcome, started)
         breaker.record_successes([breaker.instance_scope(instance.name), breaker.GATEWAY])
         return done
     feed_breakers(instance, outcome)
-    return apply_outcome(message, token, instance, outcome)
+    return apply_outcome(message, token, instance, outcome, started)
 
 
 def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> bool:
@@ -128,47 +152,89 @@ def feed_breakers(instance: Instance, outcome: gateway.Outcome) -> None:
         breaker.record(breaker.GATEWAY, breaker.OK if outcome.kind == gateway.DISCONNECTED else breaker.NEUTRAL)
 
 
-def _check_unconfirmed(message: Message, token: uuid.UUID) -> str | None:
-    """A previous answer was lost: if Evolution did send it, record SENT instead of sending again."""
-    assert message.unconfirmed_attempt_at is not None
-    try:
-        record = gateway.find_sent_message(
-            message.instance.name, message.to, message.text, message.unconfirmed_attempt_at.timestamp()
+def resolve_lost_answer(message: Message, token: uuid.UUID) -> str | None:
+    """An earlier answer was lost: decide on Evolution's records (sending.evidence) whether that send
+    went out. None: it did not, the lease is renewed and this claim may send; otherwise what was done."""
+    verdict = evidence.judge(message)
+    now = timezone.now()
+    checked = {"verdict": verdict.kind, **({"why": verdict.why} if verdict.why else {}), **verdict.detail}
+    if verdict.kind == evidence.SENT:
+        key = verdict.record["key"]
+        line = writes.TimelineLine(
+            EventKind.CHECKED, {**checked, "evolutionMessageId": key["id"],
+                                "messageTimestamp": verdict.record.get("messageTimestamp")}, now,
         )
-    except gateway.CannotTell as exc:
-        retry_at = timezone.now() + timedelta(seconds=backoff.delay_for(1))
-        if retry_at >= message.deliver_until:
-            lifecycle.fail(message, FailureReason.EXPIRED, f"could not confirm the last attempt: {exc}", lease_token=token)
-            return "expired"
-        lifecycle.requeue(
-            message, token, retry_at, EventKind.WAITING,
-            detail={"why": "cannot confirm whether the last attempt was sent", "error": str(exc)[:300]},
-        )
-        return "waiting"
-    if record is None:
+        try:
+            with transaction.atomic():
+                done = lifecycle.mark_sent(
+                    message, token, str(key["id"]), str(key.get("remoteJid", "")),
+                    {"outcome": "sent", "confirmedBy": "findMessages"},
+                    extra_update=dict(_UNKNOWN_CLEARED), attempt_line=line,
+                )
+        except IntegrityError:
+            # Another message took that record meanwhile: it is not this one's to take.
+            verdict = evidence.Verdict(evidence.UNKNOWN, why="the record became another message's meanwhile")
+        else:
+            return "confirmed_sent" if done else LEASE_LOST
+    if verdict.kind == evidence.NOT_SENT:
+        line = writes.TimelineLine(EventKind.CHECKED, checked, now)
+        if message.deliver_until <= now or message.attempts >= message.max_attempts:
+            expired = message.deliver_until <= now
+            message.record(line.kind, **line.detail)
+            lifecycle.fail(
+                message,
+                FailureReason.EXPIRED if expired else FailureReason.RETRIES_EXHAUSTED,
+                ("deliverUntil passed" if expired else f"{message.attempts} attempts failed")
+                + "; the last attempt was not sent (findMessages)",
+                message.last_gateway_response, lease_token=token, extra_update=dict(_UNKNOWN_CLEARED),
+            )
+            return "failed"
+        # The check took part of the lease: renew it for the send this claim goes on to make.
+        renewed = {"lease_expires_at": timezone.now() + timedelta(seconds=lease_seconds()), **_UNKNOWN_CLEARED}
+        if not writes.compare_and_set(message.pk, (Status.SENDING,), token, renewed, [line]):
+            return LEASE_LOST
+        message.unconfirmed_attempt_at = message.unconfirmed_attempt_until = message.outcome_unknown_since = None
         return None
-    key = record.get("key") or {}
-    lifecycle.mark_sent(
-        message, token, str(key.get("id", "")), str(key.get("remoteJid", "")),
-        {"outcome": "sent", "confirmedBy": "findMessages"},
-        extra_update={"unconfirmed_attempt_at": None},
+    return _stay_unknown(message, token, verdict, now)
+
+
+def _stay_unknown(message: Message, token: uuid.UUID, verdict: evidence.Verdict, now: datetime) -> str:
+    """Neither sent again nor marked sent: ask again later, or fail OUTCOME_UNKNOWN once the deadline
+    or the attempt budget is gone."""
+    since = message.outcome_unknown_since or now
+    mark = {"outcome_unknown_since": since}
+    metrics.messages(f"outcome_unknown:{message.lane}")
+    if message.deliver_until <= now or message.attempts >= message.max_attempts:
+        lifecycle.fail(
+            message, FailureReason.OUTCOME_UNKNOWN,
+            f"an answer from Evolution was lost and the message may have been delivered: {verdict.why}",
+            {"outcome": "unknown", "why": verdict.why, **verdict.detail},
+            lease_token=token, extra_update=mark,
+        )
+        return "outcome_unknown"
+    # Ask again later (another message may claim a candidate, Evolution may come back): sooner at first.
+    wait = timedelta(seconds=min(max(settings.UNCONFIRMED_SETTLE_SECONDS, (now - since).total_seconds()), 300))
+    lifecycle.requeue(
+        message, token, min(now + wait, message.deliver_until), EventKind.WAITING,
+        detail={"why": "outcome of the last attempt unknown", "check": verdict.why, **verdict.detail},
+        extra_update=mark,
     )
-    return "confirmed_sent"
+    return "unknown"
 
 
-def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcome: gateway.Outcome) -> str:
+def apply_outcome(
+    message: Message, token: uuid.UUID, instance: Instance, outcome: gateway.Outcome, started: datetime | None = None
+) -> str:
     now = timezone.now()
     record = outcome.as_record()
     metrics.messages(f"attempt:{outcome.kind}:{message.lane}")
     if outcome.kind == gateway.SENT:
         attempts = message.attempts + 1
-        lifecycle.mark_sent(
-            message, token, outcome.message_id, outcome.remote_jid, record,
-            extra_update={"attempts": attempts, "unconfirmed_attempt_at": None},
-            attempt_line=writes.TimelineLine(
-                EventKind.ATTEMPT, {"attempt": attempts, "instance": instance.name, **record}, now
-            ),
-        )
+        changes: dict[str, object] = {"attempts": attempts, **_UNKNOWN_CLEARED}
+        line = writes.TimelineLine(EventKind.ATTEMPT, {"attempt": attempts, "instance": instance.name, **record}, now)
+        if not lifecycle.mark_sent(message, token, outcome.message_id, outcome.remote_jid, record,
+                                   extra_update=changes, attempt_line=line):
+            return _sent_after_losing_lease(message, outcome, record, changes)
         if instance.last_gateway_error:
             Instance.objects.filter(pk=instance.pk).update(last_gateway_error="", last_gateway_error_at=None)
         return "sent"
@@ -209,7 +275,20 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
     # transient or unknown: an attempt is used; retry later if one fits.
     extra: dict[str, object] = {"attempts": attempts}
     if outcome.kind == gateway.UNKNOWN:
-        extra["unconfirmed_attempt_at"] = now - timedelta(seconds=settings.EVOLUTION_READ_TIMEOUT + 5)
+        # The send may have gone out: the next claim asks Evolution about this attempt's window first.
+        since, until = evidence.window(started or now - timedelta(seconds=settings.EVOLUTION_READ_TIMEOUT + 5), now)
+        extra.update(unconfirmed_attempt_at=since, unconfirmed_attempt_until=until,
+                     outcome_unknown_since=message.outcome_unknown_since or now)
+        retry_at = backoff.next_attempt_at(attempts, now, message.deliver_until)
+        if attempts >= message.max_attempts or retry_at is None:
+            # No try is left, but the message is failed only once Evolution was asked (resolve_lost_answer).
+            retry_at = now + timedelta(seconds=settings.UNCONFIRMED_SETTLE_SECONDS)
+        lifecycle.requeue(
+            message, token, retry_at, EventKind.WAITING,
+            detail={"why": "answer lost: Evolution is asked before anything else", "attempt": attempts},
+            extra_update=extra,
+        )
+        return "retry"
     if attempts >= message.max_attempts:
         lifecycle.fail(
             message, FailureReason.RETRIES_EXHAUSTED, f"{attempts} attempts failed; last: {outcome.detail}",
@@ -228,6 +307,22 @@ def apply_outcome(message: Message, token: uuid.UUID, instance: Instance, outcom
         detail={"why": "retry after a transient failure", "attempt": attempts}, extra_update=extra,
     )
     return "retry"
+
+
+def _sent_after_losing_lease(
+    message: Message, outcome: gateway.Outcome, record: dict[str, object], changes: dict[str, object]
+) -> str:
+    """Evolution sent it, but our lease was gone (the worker stalled past it and the reconciler took
+    the message back). The send is the truth: record it while the message waits for another
+    attempt; if another worker is already sending it, say so loudly."""
+    metrics.messages(f"lease_lost:{message.lane}")
+    if lifecycle.mark_sent(message, None, outcome.message_id, outcome.remote_jid, record,
+                           extra_update=changes, from_statuses=(Status.QUEUED,)):
+        log.error("message %s was sent after its lease ran out; recorded as SENT", message.pk)
+    else:
+        log.error("message %s was sent after its lease ran out and another worker holds it: it may be sent twice",
+                  message.pk)
+    return LEASE_LOST
 
 
 def report_misconfiguration(instance: Instance, outcome: gateway.Outcome) -> None:

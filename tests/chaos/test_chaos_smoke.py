@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# service stop, SIGKILL, web restart, gateway, and every abuse row
-SUBSET = ("R1", "R4", "R5", "R6", "S1", "S2", "S3", "S4", "S5")
+# service stop, SIGKILL, web restart, gateway, lost answers, and every abuse row
+SUBSET = ("R1", "R4", "R5", "R6", "R8", "S1", "S2", "S3", "S4", "S5")
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +98,9 @@ def test_it_writes_a_report_with_a_row_per_scenario(run):
     for name in SUBSET:
         assert f"| {name} |" in run["report"]
     assert "## Findings" in run["report"]
+
+
+def test_lost_answers_never_send_a_message_twice_nor_report_an_unsent_one_sent(run):
+    figures = row(run, "R8")
+    assert figures["answers_lost_after_send"] + figures["answers_lost_before_send"] > 0
+    assert figures["wrong"] == 0 and figures["lost"] == 0

@@ -19,7 +19,7 @@ def failed_message(actor, reason=FailureReason.INVALID_RECIPIENT, category="UTIL
     """A message accepted for `actor`, tried 3 times, then FAILED with a dead letter."""
     body = accept_message(actor.project, None, "LIVE", SendRequest(to=to, category=category, template="Hi"))
     message = Message.objects.get(pk=body["id"])
-    Message.objects.filter(pk=message.pk).update(attempts=3, evolution_message_id="OLD-ID", sent_at=timezone.now())
+    Message.objects.filter(pk=message.pk).update(attempts=3, evolution_message_id=f"OLD-{message.pk}", sent_at=timezone.now())
     OutboxEntry.objects.filter(message=message).delete()
     assert lifecycle.fail(message, reason, "number is not on WhatsApp", {"status": 400}, from_statuses=(Status.QUEUED,))
     return DeadLetter.objects.get(message=message)

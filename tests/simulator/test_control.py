@@ -151,3 +151,31 @@ def test_stats_and_reset(sim: Simulator, inst: Json) -> None:
     sim.control("reset", {"global": True})
     assert sim.http.get(f"{sim.url}/_control/global").json()["webhook_timeout_s"] == 30
     wait_for(lambda: sim.stats()["webhook"]["in_flight"] == 0)
+
+
+def test_lost_answers_before_and_after_the_send_are_logged(sim: Simulator, inst: Json) -> None:
+    sim.instance("my-instance", faults={"lose_answer_after_rate": 1, "hang_ms": 300})
+    assert sim.send_text("my-instance", text="after").status_code == 201  # late: the caller has given up
+    sim.instance("my-instance", faults={"lose_answer_after_rate": 0, "lose_answer_before_rate": 1})
+    assert sim.send_text("my-instance", text="before").status_code == 500
+    after, before = sim.sends()
+    assert (after["answer_lost"], after["reached"], bool(after["id"])) == ("after", True, True)
+    assert (before["answer_lost"], before["reached"], before["id"]) == ("before", False, None)
+    response = sim.http.post(f"{sim.url}/_control/instances/my-instance",
+                             json={"faults": {"lose_answer_before_rate": 2}}, timeout=10)
+    assert response.status_code == 400 and "lose_answer_before_rate" in response.text
+
+
+def test_a_lid_contact_is_filed_under_its_lid(sim: Simulator, inst: Json) -> None:
+    sim.instance("my-instance", lids={"+5511999999999": "123456789012345@lid"})
+    numbers = sim.post("/chat/whatsappNumbers/my-instance", {"numbers": ["5511999999999", "5511988887777"]}).json()
+    assert numbers[0]["lid"] == "123456789012345@lid" and "lid" not in numbers[1]
+    key = sim.send_text("my-instance").json()["key"]
+    assert key["remoteJid"] == "123456789012345@lid" and key["remoteJidAlt"] == "5511999999999@s.whatsapp.net"
+    found = sim.post("/chat/findMessages/my-instance",
+                     {"where": {"key": {"remoteJid": "5511999999999@s.whatsapp.net"}}}).json()
+    assert found["messages"]["total"] == 0  # an exact match: the chat is the LID's
+    found = sim.post("/chat/findMessages/my-instance", {"where": {"key": {"remoteJid": "123456789012345@lid"}}}).json()
+    assert found["messages"]["records"][0]["key"]["id"] == key["id"]
+    response = sim.http.post(f"{sim.url}/_control/instances/my-instance", json={"lids": {"1": "x"}}, timeout=10)
+    assert response.status_code == 400

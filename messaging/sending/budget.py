@@ -1,0 +1,39 @@
+"""How long one claim of a message can take at worst, so that its lease can never run out mid-send.
+
+Plain arithmetic on the settings (no Django import: pilot_status.settings uses it to refuse a lease
+shorter than this at start-up). A claim does one of two things, never both under one lease
+(sending.worker renews the lease after a check):
+- a **send**: connectionState (routing, when the cached state is stale), the OTP window (at most two
+  windows), the send slot's sleep (at most SEND_SLOT_MAX_WAIT), then sendText (connect + read
+  timeout + the typing delay Evolution waits before answering);
+- a **check** of a lost answer (sending.evidence): whatsappNumbers, then findMessages for each form
+  of the recipient's jid (at most CHECK_JIDS), each call at most connect + CHECK_READ_TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Read timeout of the short look-ups (connectionState, whatsappNumbers, findMessages, findStatusMessage).
+CHECK_READ_TIMEOUT = 5.0
+# The jids a recipient may be stored under: the one WhatsApp confirms, the digits one, its LID.
+CHECK_JIDS = 3
+# A send slot further away than this puts the message back instead of sleeping (sending.pacing).
+SEND_SLOT_MAX_WAIT = 2.0
+# Database round trips, Redis, a slow commit: what the arithmetic above does not count.
+LEASE_MARGIN_SECONDS = 10.0
+
+
+def send_seconds(connect: float, read: float, typing_max_ms: int, otp_window_ms: int) -> float:
+    look_up = connect + CHECK_READ_TIMEOUT
+    return look_up + 2 * otp_window_ms / 1000 + SEND_SLOT_MAX_WAIT + connect + read + typing_max_ms / 1000
+
+
+def check_seconds(connect: float) -> float:
+    return (1 + CHECK_JIDS) * (connect + CHECK_READ_TIMEOUT)
+
+
+def lease_seconds_needed(connect: float, read: float, typing_max_ms: int, otp_window_ms: int) -> int:
+    """The shortest lease under which no claim can outlive its lease."""
+    worst = max(send_seconds(connect, read, typing_max_ms, otp_window_ms), check_seconds(connect))
+    return math.ceil(worst + LEASE_MARGIN_SECONDS)
