@@ -420,6 +420,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": r"/v1",
+    # failureReason appears on messages and dead letters: one enum in the schema, under one name.
+    "ENUM_NAME_OVERRIDES": {"FailureReasonEnum": "messaging.api.schema.FAILURE_REASONS"},
 }
 
 LOGGING = {

@@ -55,11 +55,15 @@ MessageEvent = _EVENT = inline_serializer(
     },
 )
 
+# The failure reasons as the schema lists them (messages and dead letters alike; ENUM_NAME_OVERRIDES in
+# settings names this one set FailureReasonEnum wherever a field carries it).
+FAILURE_REASONS: list[str] = list(FailureReason.values)
+
 _MESSAGE_FIELDS: dict[str, Any] = {
     "id": serializers.UUIDField(),
     "status": serializers.CharField(),
     # OUTCOME_UNKNOWN: an answer from Evolution was lost and the message may have been delivered.
-    "failureReason": serializers.ChoiceField(choices=FailureReason.values, allow_null=True),
+    "failureReason": serializers.ChoiceField(choices=FAILURE_REASONS, allow_null=True),
     "failureDetail": serializers.CharField(allow_null=True),
     "category": serializers.CharField(),
     "priority": serializers.CharField(),
