@@ -20,7 +20,7 @@ HEADLINE = {
     "R5": ("web_restarts", "webhook_failed", "ghost_statuses", "final"),
     "R6": ("cases", "right", "lost"),
     "R7": ("kills", "lost", "duplicate_accepted_sends", "statuses_applied_twice", "final"),
-    "R8": ("messages", "answers_lost_after_send", "answers_lost_before_send", "sent_or_later_reached_once", "wrong",
+    "R8": ("messages", "answers", "answers_lost_after_send", "answers_lost_before_send", "sent_or_later_reached_once", "wrong",
            "ends", "lost"),
     "S1": ("operations", "server_error_findings", "outside_schema_findings", "exit_code"),
     "S2": ("calls", "answered_as_expected", "a_unchanged"),
