@@ -57,9 +57,10 @@ def test_beat_and_the_maintenance_workers_run_every_scheduled_job(
     # And a slow Evolution for status sync: 20 stale messages, 1.5 s per lookup, a 3 s budget per pass.
     open_on_simulator(simulator, alice_instance, latency_ms=1500)
     stale = queue(alice, "UTILITY", 20)
-    Message.objects.filter(pk__in=stale).update(
-        status="SENT", evolution_message_id="3EB0SLOWLOOKUP", sent_at=timezone.now() - timedelta(hours=1)
-    )
+    for n, pk in enumerate(stale):  # each its own WhatsApp id: one id belongs to one message (msg_evolution_id_once)
+        Message.objects.filter(pk=pk).update(
+            status="SENT", evolution_message_id=f"3EB0SLOWLOOKUP{n:02d}", sent_at=timezone.now() - timedelta(hours=1)
+        )
     stack.start_maintenance({**FAST, "STATUS_SYNC_PASS_SECONDS": "3"})
     try:
         tasks = {entry["task"] for entry in app.conf.beat_schedule.values()}
