@@ -10,12 +10,12 @@ RETENTION_PASS_SECONDS.
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
+
+from pilot_status.database import delete_in_batches
 
 BATCH = 1000
 
@@ -34,12 +34,4 @@ DELETE FROM evolution_ingestion_events WHERE id = ANY(ARRAY(
 def prune_inbox(budget_s: float | None = None, batch: int = BATCH) -> int:
     budget = budget_s if budget_s is not None else settings.RETENTION_PASS_SECONDS
     cutoff = timezone.now() - timedelta(days=settings.INBOX_RETENTION_DAYS)
-    started = time.monotonic()
-    deleted = 0
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(_PRUNE, {"cutoff": cutoff, "batch": batch})
-            count = int(cursor.rowcount)
-        deleted += count
-        if count < batch or time.monotonic() - started > budget:
-            return deleted
+    return delete_in_batches(_PRUNE, {"cutoff": cutoff}, batch, budget)

@@ -7,13 +7,13 @@ before it (index event_timeline: message, created_at).
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Q
-from django.utils.dateparse import parse_datetime
 
+from . import cursors
+from .cursors import BadCursor as BadCursor  # re-exported: callers of page() catch it
 from .models import Message, MessageEvent
 
 # How many of the latest lines GET /v1/messages/{id} and the dashboard show at once: every timeline
@@ -22,29 +22,17 @@ INLINE = 50
 MAX_PAGE = 200
 
 
-class BadCursor(ValueError):
-    pass
-
-
 @dataclass(frozen=True)
 class Page:
     lines: list[MessageEvent]  # newest first
     next_cursor: str | None  # the lines before the last one here, or None: there are none
 
 
-def encode_cursor(line: MessageEvent) -> str:
-    return base64.urlsafe_b64encode(f"{line.created_at.isoformat()}|{line.pk}".encode()).decode().rstrip("=")
-
-
 def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    at, pk = cursors.decode(cursor)
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        at_text, _, pk = base64.urlsafe_b64decode(padded).decode().partition("|")
-        at = parse_datetime(at_text)
-        if at is None:
-            raise ValueError
         return at, int(pk)
-    except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors too
+    except ValueError as exc:
         raise BadCursor("Invalid cursor.") from exc
 
 
@@ -57,7 +45,7 @@ def page(message: Message, cursor: str | None = None, limit: int = INLINE) -> Pa
     lines = list(rows.order_by("-created_at", "-pk")[: limit + 1])
     more = len(lines) > limit
     lines = lines[:limit]
-    return Page(lines, encode_cursor(lines[-1]) if more else None)
+    return Page(lines, cursors.encode(lines[-1].created_at, lines[-1].pk) if more else None)
 
 
 def latest(message: Message, limit: int = INLINE) -> Page:

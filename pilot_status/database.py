@@ -13,6 +13,7 @@ messaging/sending/worker.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -42,3 +43,17 @@ def checking_connection(work: Callable[[], T]) -> T:
     if db.connection is pooled:
         db.close()
     return work()
+
+
+def delete_in_batches(statement: str, params: dict[str, Any], batch: int, budget_s: float) -> int:
+    """Run a DELETE that takes at most %(batch)s rows per statement (each committing on its own)
+    until one deletes fewer than `batch` or `budget_s` is spent; how many rows went (retention)."""
+    started = time.monotonic()
+    deleted = 0
+    while True:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute(statement, {**params, "batch": batch})
+            count = int(cursor.rowcount)
+        deleted += count
+        if count < batch or time.monotonic() - started > budget_s:
+            return deleted

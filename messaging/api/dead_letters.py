@@ -6,12 +6,10 @@ messaging.resend, respond. Acting twice answers 200 with the unchanged entry.
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
@@ -19,7 +17,7 @@ from rest_framework.response import Response
 
 from pilot_status.api import ClientApiView
 
-from .. import resend
+from .. import cursors, resend
 from ..models import Category, DeadLetter, DeadLetterStatus, FailureReason
 from ..representations import dead_letter_body, message_body
 from . import schema
@@ -59,20 +57,11 @@ class DismissSerializer(StrictSerializer):
     pass
 
 
-def _encode_cursor(entry: DeadLetter) -> str:
-    raw = f"{entry.created_at.isoformat()}|{entry.pk}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 def _decode_cursor(cursor: str) -> tuple[datetime, int]:
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created, _, pk = base64.urlsafe_b64decode(padded).decode().partition("|")
-        at = parse_datetime(created)
-        if at is None:
-            raise ValueError
+        at, pk = cursors.decode(cursor)
         return at, int(pk)
-    except ValueError as exc:
+    except ValueError as exc:  # BadCursor too
         raise exceptions.ValidationError({"cursor": ["Invalid cursor."]}) from exc
 
 
@@ -120,7 +109,7 @@ class DeadLetterListView(ClientApiView):
         has_more = len(page) > limit
         page = page[:limit]
         return Response(
-            {"data": [dead_letter_body(e) for e in page], "nextCursor": _encode_cursor(page[-1]) if has_more else None}
+            {"data": [dead_letter_body(e) for e in page], "nextCursor": cursors.encode(page[-1].created_at, page[-1].pk) if has_more else None}
         )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import uuid
@@ -11,7 +10,6 @@ from typing import Any
 
 from django.db.models import Q
 from django.http import HttpResponse
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.request import Request
@@ -20,7 +18,7 @@ from rest_framework.response import Response
 from pilot_status import jsonbody
 from pilot_status.api import ClientApiView
 
-from .. import opt_ins, timeline
+from .. import cursors, opt_ins, timeline
 from ..accept import AnsweredBefore, accept_message, find_idempotent_answer, refuse_if_revoked
 from ..errors import Rejected
 from ..models import Instance, Message, OptIn
@@ -122,20 +120,11 @@ def accepted_response(body: dict[str, str]) -> HttpResponse:
     return HttpResponse(encoded, status=status.HTTP_202_ACCEPTED, content_type="application/json")
 
 
-def _encode_cursor(message: Message) -> str:
-    raw = f"{message.created_at.isoformat()}|{message.pk}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created, _, pk = base64.urlsafe_b64decode(padded).decode().partition("|")
-        at = parse_datetime(created)
-        if at is None:
-            raise ValueError
+        at, pk = cursors.decode(cursor)
         return at, str(uuid.UUID(pk))  # a tampered id is a 400 here, not a database error later
-    except ValueError as exc:
+    except ValueError as exc:  # BadCursor too
         raise exceptions.ValidationError({"cursor": ["Invalid cursor."]}) from exc
 
 
@@ -170,7 +159,7 @@ class MessageListView(ClientApiView):
         return Response(
             {
                 "data": [message_body(m) for m in page],
-                "nextCursor": _encode_cursor(page[-1]) if has_more else None,
+                "nextCursor": cursors.encode(page[-1].created_at, page[-1].pk) if has_more else None,
             }
         )
 
