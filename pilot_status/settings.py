@@ -161,6 +161,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI's files for /v1/docs/, served by WhiteNoise from this app: no CDN (issue 24).
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "axes",  # sign-in throttling for the dashboard and admin (see LOGIN_FAILURE_LIMIT below)
     "messaging",
@@ -420,6 +422,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": r"/v1",
+    # /v1/docs/ loads Swagger UI from our own static files (drf-spectacular-sidecar), never a CDN:
+    # the docs work offline and no third party's script runs on this origin.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LOGGING = {
