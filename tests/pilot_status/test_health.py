@@ -95,3 +95,16 @@ def test_the_probes_answer_get_and_head_only(db: Any, client: Any) -> None:
     response = client.post("/healthz")
     assert response.status_code == 405
     assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_the_compose_probe_exits_0_on_a_ready_server_and_1_otherwise(transactional_db: Any, live_server: Any) -> None:
+    # docker-compose.yml's healthcheck for web and webhook: `python -m pilot_status.probe URL`.
+    import subprocess
+    import sys
+
+    def probe(url: str) -> int:
+        return subprocess.run([sys.executable, "-m", "pilot_status.probe", url], capture_output=True, timeout=30).returncode
+
+    assert probe(f"{live_server.url}/readyz") == 0
+    assert probe(f"{live_server.url}/no-such-page") == 1
+    assert probe("http://127.0.0.1:1/readyz") == 1  # nothing listens
