@@ -14,6 +14,7 @@ like its other endpoints (pilot_status/internal_urls.py).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -24,6 +25,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from .errors import error_body
+
+log = logging.getLogger(__name__)
 
 
 def run_within(checks: dict[str, Callable[[], Any]], timeout: float) -> dict[str, dict[str, Any]]:
@@ -102,7 +105,14 @@ def readyz(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed()
     results = run_within(CHECKS, settings.READINESS_TIMEOUT_SECONDS)
-    checks = {name: {key: value for key, value in result.items() if key != "value"} for name, result in results.items()}
+    checks: dict[str, dict[str, Any]] = {}
+    for name, result in results.items():
+        checks[name] = {"ok": result["ok"], "ms": result["ms"]}
+        if not result["ok"]:
+            # The probe may be reachable from outside: name the kind of failure, log the rest (the
+            # full text holds internal addresses).
+            log.warning("readyz: %s not ready: %s", name, result["error"])
+            checks[name]["error"] = result["error"].split(":")[0]
     failed = [name for name, result in checks.items() if not result["ok"]]
     if not failed:
         return _no_store(JsonResponse({"status": "ready", "checks": checks}))
