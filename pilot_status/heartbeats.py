@@ -15,6 +15,7 @@ from the page. Redis being away only loses heartbeats.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -72,10 +73,11 @@ class Process:
         self.started = time.time()
         self.key = f"{PROCESS_PREFIX}{name}@{self.host}:{self.pid}"
         self._last = 0.0
+        self._stopped = False
 
     def beat(self, force: bool = False) -> None:
         now = time.time()
-        if not force and now - self._last < _settings().HEARTBEAT_SECONDS:
+        if self._stopped or (not force and now - self._last < _settings().HEARTBEAT_SECONDS):
             return
         self._last = now
         value = {"process": self.name, "host": self.host, "pid": self.pid, "at": now, "started": self.started}
@@ -89,6 +91,7 @@ class Process:
 
     def forget(self) -> None:
         """A clean stop: the process leaves the page instead of turning stale."""
+        self._stopped = True  # a background beat after this would bring it back
         try:
             pipe = _redis().pipeline(transaction=False)
             pipe.delete(self.key)
@@ -99,11 +102,14 @@ class Process:
 
 
 def beat_in_background(name: str) -> Process:
-    """For processes whose loop is not ours (Celery workers, beat): a daemon thread beats for them."""
+    """For processes whose loop is not ours (Celery workers, beat): a daemon thread beats for them, and a
+    normal exit (SIGTERM's warm shutdown included) removes the heartbeat. Pool processes forked later end
+    with os._exit, so they never remove their parent's."""
     process = Process(name)
+    atexit.register(process.forget)
 
     def run() -> None:
-        while True:
+        while not process._stopped:
             process.beat(force=True)
             time.sleep(_settings().HEARTBEAT_SECONDS)
 

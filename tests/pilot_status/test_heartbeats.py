@@ -107,3 +107,8 @@ def test_the_consumer_a_worker_and_beat_beat(
     for name in expected:
         assert check(name)[0], name
     assert not check("worker:otp")[0]  # none runs here
+
+    # Stopped cleanly (SIGTERM, as compose and honcho stop them), each leaves the page.
+    for process in started:
+        process.stop(timeout=30)
+    assert not expected & set(beats()), beats()
