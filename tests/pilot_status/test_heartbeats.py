@@ -62,7 +62,7 @@ def check(name: str) -> tuple[bool, str]:
 
 
 def test_a_killed_relay_turns_stale_and_a_stopped_one_leaves(
-    transactional_db: Any, env: dict[str, str], started: list[Process], settings: Any
+    transactional_db: Any, client: Any, env: dict[str, str], started: list[Process], settings: Any
 ) -> None:
     settings.HEARTBEAT_STALE_SECONDS = 2.0
     relay = Process("heartbeat-relay", [sys.executable, "manage.py", "run_relay", "--lanes", "otp"], env).start()
@@ -78,6 +78,11 @@ def test_a_killed_relay_turns_stale_and_a_stopped_one_leaves(
     wait_until(lambda: beats()["relay:otp"]["stale"], timeout=10, interval=0.2, message="the killed relay to turn stale")
     ok, said = check("relay:otp")
     assert not ok and "relay:otp" in said and "old" in said
+    # ... and so does the status page.
+    page = client.get("/api/internal/status", HTTP_X_INTERNAL_WEBHOOK_SECRET=settings.INTERNAL_WEBHOOK_SECRET).json()
+    assert page["processes"]["stale"] == ["relay:otp"]
+    [listed] = page["processes"]["list"]
+    assert listed["stale"] is True and listed["age_seconds"] > 2.0
 
     # A relay stopped on purpose (SIGTERM) removes its own heartbeat: nothing stale is left behind.
     again = Process("heartbeat-relay", [sys.executable, "manage.py", "run_relay", "--lanes", "otp"], env).start()
