@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 KEY = "ps:maintenance:heartbeats"
 PROCESS_PREFIX = "ps:heartbeat:"
 PROCESS_INDEX = "ps:heartbeats"
+# HEARTBEAT_STALE_SECONDS's default (settings.py), also read by heartbeat_check without Django.
+DEFAULT_STALE_SECONDS = 30.0
 
 
 def _redis() -> Any:
@@ -117,12 +119,15 @@ def beat_in_background(name: str) -> Process:
     return process
 
 
-def processes(now: float | None = None) -> list[dict[str, Any]]:
+def processes(now: float | None = None, client: Any = None, stale_after: float | None = None) -> list[dict[str, Any]]:
     """Every process's last heartbeat, oldest first, each with its `age_seconds` and `stale` flag.
 
-    Raises when Redis cannot be read (the caller says so instead of listing nothing)."""
+    `client` and `stale_after` default to Django's Redis and HEARTBEAT_STALE_SECONDS (heartbeat_check
+    passes its own, without loading Django). Raises when Redis cannot be read (the caller says so
+    instead of listing nothing)."""
     now = now or time.time()
-    client = _redis()
+    client = client if client is not None else _redis()
+    stale_after = stale_after if stale_after is not None else _settings().HEARTBEAT_STALE_SECONDS
     keys = sorted(k.decode() if isinstance(k, bytes) else str(k) for k in client.smembers(PROCESS_INDEX))
     if not keys:
         return []
@@ -130,7 +135,6 @@ def processes(now: float | None = None) -> list[dict[str, Any]]:
     gone = [key for key, value in zip(keys, values) if value is None]
     if gone:  # past their TTL: the process has been away that long
         client.srem(PROCESS_INDEX, *gone)
-    stale_after = _settings().HEARTBEAT_STALE_SECONDS
     found = []
     for value in values:
         if value is None:

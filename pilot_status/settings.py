@@ -359,7 +359,7 @@ METRICS_FLUSH_SECONDS = envfloat("METRICS_FLUSH_SECONDS", 1.0, minimum=0, at_mos
 # a heartbeat this often; one older than HEARTBEAT_STALE_SECONDS is stale (status page, heartbeat_check);
 # one older than HEARTBEAT_TTL_SECONDS expires, and the process leaves the status page.
 HEARTBEAT_SECONDS = envfloat("HEARTBEAT_SECONDS", 5.0, above=0, at_most=300)
-HEARTBEAT_STALE_SECONDS = envfloat("HEARTBEAT_STALE_SECONDS", 30.0, above=0)
+HEARTBEAT_STALE_SECONDS = envfloat("HEARTBEAT_STALE_SECONDS", 30.0, above=0)  # heartbeats.DEFAULT_STALE_SECONDS
 HEARTBEAT_TTL_SECONDS = envint("HEARTBEAT_TTL_SECONDS", 24 * 3600, minimum=1)
 if HEARTBEAT_STALE_SECONDS <= HEARTBEAT_SECONDS or HEARTBEAT_TTL_SECONDS <= HEARTBEAT_STALE_SECONDS:
     raise ImproperlyConfigured(

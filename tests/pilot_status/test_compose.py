@@ -295,7 +295,7 @@ def test_every_long_running_service_has_a_healthcheck_on_its_own_signal():
         if name in ports:
             assert check["test"] == ["CMD", "python", "-m", "pilot_status.probe", f"http://127.0.0.1:{ports[name]}/readyz"]
         else:
-            assert check["test"] == ["CMD", "python", "manage.py", "heartbeat_check", "--process",
+            assert check["test"] == ["CMD", "python", "-m", "pilot_status.heartbeat_check", "--process",
                                      heartbeat_name(service["command"])], name
             # A heartbeat every HEARTBEAT_SECONDS (5 s) is stale after HEARTBEAT_STALE_SECONDS (30 s): a check
             # every 30 s, three misses, after a minute to start.

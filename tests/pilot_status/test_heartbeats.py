@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -112,6 +113,11 @@ def test_the_consumer_a_worker_and_beat_beat(
     for name in expected:
         assert check(name)[0], name
     assert not check("worker:otp")[0]  # none runs here
+    # compose's form of the check, without Django
+    for name, status in (("worker:bulk", 0), ("worker:otp", 1)):
+        light = subprocess.run([sys.executable, "-m", "pilot_status.heartbeat_check", "--process", name],
+                               env=env, capture_output=True, text=True, timeout=30)
+        assert light.returncode == status, (name, light.stdout, light.stderr)
 
     # Stopped cleanly (SIGTERM, as compose and honcho stop them), each leaves the page.
     for process in started:
