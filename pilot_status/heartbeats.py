@@ -88,7 +88,10 @@ class Process:
             pipe.set(self.key, json.dumps(value), ex=_settings().HEARTBEAT_TTL_SECONDS)
             pipe.sadd(PROCESS_INDEX, self.key)
             pipe.execute()
-        except Exception as exc:  # Redis down: the next beat writes it
+        except Exception as exc:  # Redis down: a later beat writes it
+            # Not again for three periods: each try may cost Redis's connect timeout (0.5 s) in the
+            # relay's loop, and a heartbeat nobody can read meanwhile is worth less than a release.
+            self._last = now + 2 * _settings().HEARTBEAT_SECONDS
             log.debug("heartbeat of %s not recorded: %s", self.name, exc)
 
     def forget(self) -> None:
