@@ -158,6 +158,9 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self.arrived: deque[Any] = deque()  # deliveries waiting for the one being handled
         self.handling = False
         self.acks = DeferredAcks(ACK_BATCH, ACK_MAX_DELAY_S)
+        # Set by run_consumer: beats from the consuming loop, so a consumer that is killed, stuck, or
+        # cut off from RabbitMQ turns stale on the status page (pilot_status.heartbeats).
+        self.heartbeat: Any = None
 
     # ---- topology ------------------------------------------------------------------------
 
@@ -197,6 +200,8 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
 
     def on_iteration(self) -> None:
         self.acks.flush_if_due()
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
         if self.instance_source is None or not settings.EVOLUTION_RABBITMQ_PER_INSTANCE:
             return
         if time.monotonic() < self.next_refresh:

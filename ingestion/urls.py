@@ -3,6 +3,8 @@ one level of resolution for every webhook, no include()."""
 
 from django.urls import path, re_path
 
+from pilot_status import status
+
 from . import views
 
 urlpatterns = [
@@ -13,4 +15,7 @@ urlpatterns = [
     # both need the x-internal-webhook-secret header.
     path("api/internal/metrics", views.metrics_json, name="internal-metrics"),
     path("api/internal/metrics/prometheus", views.metrics_prometheus, name="internal-metrics-prometheus"),
+    # allows GET /api/internal/status: the operators' JSON status page (pilot_status/status.py);
+    # Authorization: Bearer <OPS_STATUS_TOKEN>, or the internal secret.
+    path("api/internal/status", status.status, name="internal-status"),
 ]

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_process_shutdown
+from celery.signals import beat_init, task_postrun, task_prerun, worker_process_shutdown, worker_ready
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
@@ -115,6 +115,25 @@ def _record_heartbeat(task: Any = None, state: str | None = None, **kwargs: Any)
 
         request = task.request
         heartbeats.record(task.name, getattr(request, "ps_started", None), state or "", str(request.hostname or ""))
+
+
+# This process's heartbeat (pilot_status.heartbeats), for a worker or beat: a daemon thread writes it
+# every HEARTBEAT_SECONDS from the moment the worker is ready (beat: starts), named after what it serves
+# (`worker:otp`, `beat`). A clean stop removes it; a killed worker turns stale on the status page.
+@worker_ready.connect
+def _start_worker_heartbeat(sender: Any = None, **kwargs: Any) -> None:
+    from pilot_status import heartbeats
+
+    queues = sorted(app.amqp.queues.consume_from or {})
+    name = ",".join(queues) or str(getattr(sender, "hostname", "") or "").partition("@")[0] or "celery"
+    heartbeats.beat_in_background(f"worker:{name}")
+
+
+@beat_init.connect
+def _start_beat_heartbeat(sender: Any = None, **kwargs: Any) -> None:
+    from pilot_status import heartbeats
+
+    heartbeats.beat_in_background("beat")
 
 
 @worker_process_shutdown.connect

@@ -1,5 +1,15 @@
-"""The webhook pool's URLs: the internal endpoints only (pilot_status.internal_wsgi)."""
+"""The webhook pool's URLs: the internal endpoints and the probes only (pilot_status.internal_wsgi)."""
 
-from ingestion.urls import urlpatterns
+from django.urls import path
 
-__all__ = ["urlpatterns"]
+from ingestion.urls import urlpatterns as internal_urlpatterns
+
+from . import health
+
+urlpatterns = [
+    # The web pool answers these in pilot_status.health.ProbeMiddleware; this pool has no host check
+    # or redirect to skip, so plain routes do.
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    *internal_urlpatterns,
+]

@@ -161,6 +161,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI's files for /v1/docs/, served by WhiteNoise from this app: no CDN (issue 24).
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "axes",  # sign-in throttling for the dashboard and admin (see LOGIN_FAILURE_LIMIT below)
     "messaging",
@@ -169,6 +171,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before anything else: no HTTPS redirect, no host check (a
+    # probe names the pod's address), no session (pilot_status/health.py).
+    "pilot_status.health.ProbeMiddleware",
     "pilot_status.middleware.JsonErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's CSS/JS from the app folders under gunicorn (no collectstatic needed).
@@ -350,6 +355,28 @@ INSTANCE_STATE_CACHE_SECONDS = envfloat("INSTANCE_STATE_CACHE_SECONDS", 3.0)
 # each count at once.
 METRICS_FLUSH_SECONDS = envfloat("METRICS_FLUSH_SECONDS", 1.0, minimum=0, at_most=60)
 
+# Health (issue 24; pilot_status/health.py, pilot_status/heartbeats.py). Every long-running process writes
+# a heartbeat this often; one older than HEARTBEAT_STALE_SECONDS is stale (status page, heartbeat_check);
+# one older than HEARTBEAT_TTL_SECONDS expires, and the process leaves the status page.
+HEARTBEAT_SECONDS = envfloat("HEARTBEAT_SECONDS", 5.0, above=0, at_most=300)
+HEARTBEAT_STALE_SECONDS = envfloat("HEARTBEAT_STALE_SECONDS", 30.0, above=0)  # heartbeats.DEFAULT_STALE_SECONDS
+HEARTBEAT_TTL_SECONDS = envint("HEARTBEAT_TTL_SECONDS", 24 * 3600, minimum=1)
+if HEARTBEAT_STALE_SECONDS <= HEARTBEAT_SECONDS or HEARTBEAT_TTL_SECONDS <= HEARTBEAT_STALE_SECONDS:
+    raise ImproperlyConfigured(
+        "HEARTBEAT_SECONDS < HEARTBEAT_STALE_SECONDS < HEARTBEAT_TTL_SECONDS is required "
+        f"(got {HEARTBEAT_SECONDS:g}, {HEARTBEAT_STALE_SECONDS:g}, {HEARTBEAT_TTL_SECONDS})"
+    )
+# /readyz: each check (Postgres, Redis, the broker) gets this long, all at once; the probe answers
+# within it whatever hangs.
+READINESS_TIMEOUT_SECONDS = envfloat("READINESS_TIMEOUT_SECONDS", 2.0, above=0, at_most=30)
+# The status page (/api/internal/status) answers `Authorization: Bearer <OPS_STATUS_TOKEN>` when set
+# (a credential that reads the page and nothing else), and the internal secret always.
+OPS_STATUS_TOKEN = envstr("OPS_STATUS_TOKEN", "")
+if OPS_STATUS_TOKEN and not DEBUG:
+    _problem = production.secret_problem("OPS_STATUS_TOKEN", OPS_STATUS_TOKEN)
+    if _problem:
+        production.refuse(_problem)
+
 # Client API rate limit per key (contract §3).
 RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0, above=0)
 RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)
@@ -422,6 +449,11 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": r"/v1",
     # failureReason appears on messages and dead letters: one enum in the schema, under one name.
     "ENUM_NAME_OVERRIDES": {"FailureReasonEnum": "messaging.api.schema.FAILURE_REASONS"},
+    # /v1/docs/ loads Swagger UI from our own static files (drf-spectacular-sidecar), never a CDN:
+    # the docs work offline and no third party's script runs on this origin.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LOGGING = {

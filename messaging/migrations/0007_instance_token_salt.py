@@ -3,7 +3,7 @@
 Instances made in admin had an empty salt, so their webhook token followed from SECRET_KEY and
 the name alone. This gives each of them a random salt, which CHANGES THEIR WEBHOOK TOKEN: the
 migration names them, and the operator re-registers each one's webhook with Evolution
-(`python manage.py webhook_token --name <name>` prints the new token). Instances that already had
+(`python3 manage.py webhook_token --name <name>` prints the new token). Instances that already had
 a salt keep their token.
 """
 
@@ -25,7 +25,7 @@ def salt_unsalted_instances(apps, schema_editor):
         sys.stdout.write(
             f"\n  messaging 0007: {len(changed)} instance(s) had no webhook token salt and got a random one, "
             f"so their webhook token changed: {', '.join(sorted(changed))}. Re-register each one's webhook "
-            "token with Evolution: python manage.py webhook_token --name <name>\n"
+            "token with Evolution: python3 manage.py webhook_token --name <name>\n"
         )
 
 

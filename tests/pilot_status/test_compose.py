@@ -267,3 +267,52 @@ def test_the_definitions_hold_on_a_real_rabbitmq():
                     rabbitmqctl("-q", command, name)
                 except Exception:
                     pass  # not imported
+
+
+def heartbeat_name(command: list[str]) -> str:
+    """The name a service's process writes its heartbeat under (pilot_status.heartbeats' callers)."""
+    if command[:3] == ["python", "manage.py", "run_relay"]:
+        return "relay:" + command[command.index("--lanes") + 1]
+    if command[:3] == ["python", "manage.py", "run_consumer"]:
+        return "consumer"
+    if command[:4] == ["celery", "-A", "pilot_status", "worker"]:
+        return "worker:" + command[command.index("-Q") + 1]
+    if command[:4] == ["celery", "-A", "pilot_status", "beat"]:
+        return "beat"
+    raise AssertionError(f"not a long-running process: {command}")
+
+
+def test_every_long_running_service_has_a_healthcheck_on_its_own_signal():
+    # Issue 24: web and webhook are healthy when /readyz answers; every other process while its heartbeat
+    # (the name it writes it under) is fresh.
+    services = compose(production_values())["services"]
+    ports = {"web": "8000", "webhook": "8001"}
+    for name, service in services.items():
+        if "build" not in service or service.get("restart") == "no" or "demo" in service.get("profiles", []):
+            continue  # infrastructure (own checks), one-shot jobs, the demo
+        check = service.get("healthcheck")
+        assert check, f"{name} has no healthcheck"
+        if name in ports:
+            assert check["test"] == ["CMD", "python", "-m", "pilot_status.probe", f"http://127.0.0.1:{ports[name]}/readyz"]
+        else:
+            assert check["test"] == ["CMD", "python", "-m", "pilot_status.heartbeat_check", "--process",
+                                     heartbeat_name(service["command"])], name
+            # A heartbeat every HEARTBEAT_SECONDS (5 s) is stale after HEARTBEAT_STALE_SECONDS (30 s): a check
+            # every 30 s, three misses, after a minute to start.
+            assert check["interval"] == "30s" and check["retries"] == 3 and check["start_period"] == "60s", name
+        assert {"interval", "timeout", "retries", "start_period"} <= set(check), name
+
+
+def test_depends_on_waits_for_health_where_it_matters():
+    services = compose(production_values())["services"]
+    for name, service in services.items():
+        for needed, condition in (service.get("depends_on") or {}).items():
+            if condition["condition"] == "service_healthy":
+                assert "healthcheck" in services[needed], f"{name} waits for {needed}, which has no healthcheck"
+            if "build" in service and name != "setup":
+                # Overriding depends_on replaces the anchor's: the migrations must still come first.
+                assert "setup" in (service.get("depends_on") or {}) or "seed-demo" in service["depends_on"], name
+    assert services["consumer"]["depends_on"]["webhook"] == {"condition": "service_healthy"}
+    assert services["simulator"]["depends_on"]["webhook"] == {"condition": "service_healthy"}
+    assert services["beat"]["depends_on"]["worker-maintenance"] == {"condition": "service_healthy"}
+    assert services["beat"]["depends_on"]["worker-sync"] == {"condition": "service_healthy"}

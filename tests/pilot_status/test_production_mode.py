@@ -179,3 +179,10 @@ def test_every_secret_written_in_the_repository_is_refused():
     accepted = [(path, variable, value) for path, variable, value in literals
                 if production.secret_problem(variable, value) is None]
     assert not accepted
+
+
+@pytest.mark.parametrize("value", ["short", "change-me-ops-status-token-0123456789"])
+def test_it_refuses_a_weak_ops_status_token(value):
+    # The status page's own credential (issue 24) follows the secrets' rules; unset, it is simply off.
+    assert_refused(manage(production_env(OPS_STATUS_TOKEN=value), "check"), "OPS_STATUS_TOKEN")
+    assert manage(production_env(OPS_STATUS_TOKEN=strong()), "check").returncode == 0

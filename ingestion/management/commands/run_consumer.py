@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from kombu import Connection
 
 from ingestion.consumer import EvolutionConsumer, exchange_names, instance_names_from_db, topology
+from pilot_status import heartbeats
 
 log = logging.getLogger("ingestion.consumer")
 
@@ -44,5 +45,7 @@ class Command(BaseCommand):
                 ", ".join(exchange_names(names)),
                 "per-instance" if per_instance else "global",
             )
+            worker.heartbeat = heartbeats.Process("consumer")
             worker.run()
+            worker.heartbeat.forget()
         log.info("consumer stopped")

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from messaging import dispatch
 from messaging.accept import OUTBOX_CHANNEL
+from pilot_status import heartbeats
 from pilot_status.celery import LANES
 
 log = logging.getLogger("messaging.relay")
@@ -49,6 +50,9 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         log.info("relay started (lanes %s)", ", ".join(lanes))
+        # Written after each pass that reached the database: a relay that is killed, stuck, or cut
+        # off from Postgres turns stale on the status page (pilot_status.heartbeats).
+        heartbeat = heartbeats.Process(f"relay:{','.join(lanes)}")
         listener: psycopg.Connection[Any] | None = None
         while not self.stopping:
             try:
@@ -57,6 +61,7 @@ class Command(BaseCommand):
                 started = time.monotonic()
                 result = dispatch.release_all_due(settings.RELAY_BATCH_SIZE, self.lanes)
                 self._report_slow_pass(time.monotonic() - started, result)
+                heartbeat.beat()
                 self._wait(listener, held=result.held > 0)
             except (DatabaseError, psycopg.Error) as exc:
                 log.warning("relay: database unavailable (%s); retrying", exc.__class__.__name__)
@@ -68,6 +73,7 @@ class Command(BaseCommand):
                 # Broker down or anything else: the rows stay in the outbox; try again shortly.
                 log.exception("relay: release failed; retrying")
                 time.sleep(1)
+        heartbeat.forget()
         log.info("relay stopped")
 
     def _report_slow_pass(self, seconds: float, result: dispatch.Release) -> None:

@@ -112,7 +112,7 @@ class Command(BaseCommand):
                     f"  curl -s -X POST {base}/v1/messages/send -H 'Authorization: Bearer {saved['test_api_key']}' "
                     f"-H 'Content-Type: application/json' -d '{body}'",
                     "Then: curl -s -H 'Authorization: Bearer <key>' " + base + "/v1/messages/<id>",
-                    f"Admin: {base}/admin/ (python manage.py createsuperuser)   API docs: {base}/v1/docs/",
+                    f"Admin: {base}/admin/ (python3 manage.py createsuperuser)   API docs: {base}/v1/docs/",
                     "",
                 ]
             )
