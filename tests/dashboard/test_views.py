@@ -10,6 +10,7 @@ from dashboard import bulk
 from dashboard.models import BulkResendJob
 from messaging import operators, opt_ins
 from messaging.models import DeadLetter, EventKind, Message, Status
+from tests.conftest import add_instance
 from tests.messaging.test_resend import RECIPIENT, failed_message
 
 
@@ -151,15 +152,28 @@ def test_bulk_resend_of_selected_entries_only(bob_browser, alice, entry):
 
 
 def test_bulk_resend_counts_refusals_and_ignores_other_projects_ids(bob_browser, alice, carol, entry):
+    # Carol's entry is made between alice's two, so only the project scope (not the job's top id) keeps it out.
+    add_instance(carol.project, "carol-main")
+    opt_ins.record(carol.project, RECIPIENT, "checkout")
+    carols = failed_message(carol)
     opt_ins.record(alice.project, "+5511977776666", "checkout")
     refused = failed_message(alice, to="+5511977776666")
     opt_ins.revoke(alice.project, "+5511977776666", None)
-    bob_browser.post(f"/dashboard/p/{alice.project.pk}/dead-letters/bulk-resend", {"scope": "all"})
+    assert entry.pk < carols.pk < refused.pk
+
+    bob_browser.post(f"/dashboard/p/{alice.project.pk}/dead-letters/bulk-resend",
+                     {"scope": "selected", "ids": [entry.pk, carols.pk, refused.pk]})
     job = BulkResendJob.objects.get()
     bulk.run(job.pk)
     job.refresh_from_db()
-    assert (job.total, job.resent, job.refused) == (2, 1, 1)
+    assert (job.total, job.resent, job.refused, job.skipped) == (2, 1, 1, 0)
+    assert DeadLetter.objects.get(pk=entry.pk).status == "RESENT"
     assert DeadLetter.objects.get(pk=refused.pk).status == "OPEN"
+    untouched = DeadLetter.objects.get(pk=carols.pk)
+    assert (untouched.status, untouched.resolved_by) == ("OPEN", "")
+    carols_message = Message.objects.get(pk=carols.message_id)
+    assert carols_message.status == Status.FAILED
+    assert not carols_message.events.filter(kind=EventKind.RESENT).exists()
 
 
 def test_a_job_of_another_project_is_404(carol_member, bob_browser, alice, entry):

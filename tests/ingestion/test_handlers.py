@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 import pytest
@@ -72,13 +73,21 @@ def test_a_receipt_for_another_instances_message_does_not_touch_it(sent_message,
     assert sent_message.status == Status.SENT
 
 
-def test_statuses_in_any_order_end_at_the_most_advanced(sent_message):
-    for status in ("DELIVERY_ACK", "READ", "SERVER_ACK", "DELIVERY_ACK", "PENDING"):
+RECEIPTS = {"SERVER_ACK": Status.SERVER_ACK, "DELIVERY_ACK": Status.DELIVERED, "READ": Status.READ}
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(RECEIPTS)), ids="-".join)
+def test_statuses_in_any_order_end_at_the_most_advanced(sent_message, order):
+    # every order of the three receipts, then a repeat and a PENDING, which change nothing
+    for status in (*order, order[0], "PENDING"):
         ingest(receipt(status))
     sent_message.refresh_from_db()
     assert sent_message.status == Status.READ
+    # one STATUS line per receipt that moved the message forward, in the order they came
+    rank = list(RECEIPTS)
+    forward = [RECEIPTS[s] for n, s in enumerate(order) if all(rank.index(s) > rank.index(e) for e in order[:n])]
     timeline = [e.detail["status"] for e in sent_message.events.filter(kind="STATUS")]
-    assert timeline == ["DELIVERED", "READ"]
+    assert timeline == forward
 
 
 def test_applying_an_event_twice_has_one_effect(sent_message):

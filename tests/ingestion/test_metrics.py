@@ -6,6 +6,7 @@ import contextlib
 
 import pytest
 from django.test import Client
+from django_redis import get_redis_connection
 
 from messaging.models import Status
 from pilot_status import metrics
@@ -34,6 +35,10 @@ def test_it_lists_every_counter_as_json(transactional_db, alice, alice_instance,
     assert counters["ps:metrics:evolution:webhook:unauthorized"] == 1
     # message counters per status and lane come from the timeline, counted on commit
     assert counters["ps:metrics:messages:status:READ:utility"] == 1
+    # every counter: all that Redis holds under the prefix, read here without metrics.read_all
+    redis = get_redis_connection("default")
+    stored = {key.decode(): int(redis.get(key)) for key in redis.keys(metrics.PREFIX + "*")}
+    assert counters == stored
 
 
 def test_it_renders_prometheus_text(db, secret):

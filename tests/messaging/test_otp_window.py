@@ -23,6 +23,12 @@ def yielded(kind: str) -> int:
     return int(get_redis_connection("default").get(YIELDED + kind) or 0)
 
 
+def hold_the_window_open() -> None:
+    """An open window that outlasts whatever the test does next however slow the machine (5 s), while
+    a wait for it stays bounded by OTP_WINDOW_MS: what is tested is the look, not a race with the TTL."""
+    get_redis_connection("default").set(otp_window.KEY, b"1", px=5000)
+
+
 def test_only_the_other_lanes_wait():
     assert [otp_window.lane_waits(lane) for lane in ("otp", "utility", "marketing", "maintenance", "")] == [
         False, True, True, False, False]
@@ -67,7 +73,7 @@ def test_zero_turns_the_window_off(db, settings):
     assert otp_window.wait_for_window("webhook") == 0.0
 
 
-def test_without_redis_nobody_waits_and_nothing_fails(db, settings):
+def test_without_redis_nobody_waits_and_nothing_fails(db, settings, monkeypatch):
     settings.CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
@@ -77,10 +83,12 @@ def test_without_redis_nobody_waits_and_nothing_fails(db, settings):
     }
     otp_window.open_window()
     assert otp_window.wait_for_window("webhook") == 0.0
-    started = time.monotonic()
+    tried = []
+    real_redis = metrics.redis
+    monkeypatch.setattr(metrics, "redis", lambda: tried.append("redis") or real_redis())
     otp_window.open_window()  # within the backoff: not even tried
     assert otp_window.wait_for_window("webhook") == 0.0
-    assert time.monotonic() - started < 0.1
+    assert tried == []
 
 
 @pytest.mark.parametrize("category, opens", [("OTP", True), ("UTILITY", False), ("MARKETING", False)])
@@ -112,10 +120,12 @@ def test_a_send_of_another_lane_waits_before_its_call_and_an_otp_never_does(simu
     settings.OTP_WINDOW_MS = 200
     open_on_simulator(simulator, alice_instance)
     otp = send(alice, "OTP")  # opens the window
+    hold_the_window_open()
     assert worker.send_one(str(otp.pk)) == "sent"
     assert yielded("send:otp") == 0
 
     utility = send(alice, "UTILITY")
+    hold_the_window_open()
     assert worker.send_one(str(utility.pk)) == "sent"
     assert yielded("send:utility") == 1
 
@@ -129,9 +139,10 @@ def test_a_webhook_waits_for_the_window(alice, alice_instance, settings):
     assert response.status_code == 200 and yielded("webhook") == 0
 
     send(alice, "OTP")
+    hold_the_window_open()
     started = time.monotonic()
     response = post(receipt("READ"), **token_header(alice_instance))
-    assert time.monotonic() - started >= 0.1  # most of the OTP's 200-ms window
+    assert time.monotonic() - started >= 0.19  # one whole window (OTP_WINDOW_MS, 200 ms), the most one wait lasts
     assert response.status_code == 200, response.content
     assert response.json() == {"status": "processed", "reason": "applied"}
     assert yielded("webhook") == 1
@@ -146,11 +157,11 @@ def test_the_event_lock_looks_at_the_window_in_its_own_round_trip(db, settings):
         assert hold
     assert calls == ["EVALSHA", "PIPELINE"] and yielded("webhook") == 0  # closed: the look cost nothing more
 
-    otp_window.open_window()
+    hold_the_window_open()
     started = time.monotonic()
     with redis_round_trips() as calls, event_lock("probe-open", "webhook:skipped", yields_as="webhook") as hold:
-        assert hold  # taken once the window closed
-    assert time.monotonic() - started >= 0.1
+        assert hold  # taken after one bounded wait
+    assert time.monotonic() - started >= 0.19  # one whole window (OTP_WINDOW_MS, 200 ms), the most one wait lasts
     # a look, the take after the wait, the release (the suite sends its counts at once: INCRBY aside)
     assert [c for c in calls if c != "INCRBY"] == ["EVALSHA", "EVALSHA", "PIPELINE"] and yielded("webhook") == 1
 

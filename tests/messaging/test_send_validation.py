@@ -8,6 +8,7 @@ value) exactly as before. The oracle here is the serializer itself.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -59,7 +60,8 @@ PLAIN = [
     body(to="+55 (11) 98888-7777" + " " * 13),
 ]
 
-# Bodies the serializer refuses, or accepts only with a conversion: the plain path must decline.
+# Bodies the serializer refuses: the plain path must decline them, so that the answer is the serializer's
+# (test_a_refused_body_answers_the_serializers_errors posts each one).
 DECLINED = [
     [],
     "text",
@@ -122,11 +124,10 @@ def drf(data: Any) -> Any:
     return serializer.to_request() if serializer.is_valid() else None
 
 
-@pytest.mark.parametrize("data", PLAIN + DECLINED)
-def test_the_plain_path_gives_what_the_serializer_gives_or_declines(data):
+@pytest.mark.parametrize("data", PLAIN)
+def test_the_plain_path_gives_what_the_serializer_gives(data):
     plain = plain_send_request(copy.deepcopy(data))
-    if plain is None:
-        return
+    assert plain is not None, "a usual body left the plain path"
     expected = drf(copy.deepcopy(data))
     assert expected is not None, "the plain path accepted a body the serializer refuses"
     assert plain == expected
@@ -134,11 +135,6 @@ def test_the_plain_path_gives_what_the_serializer_gives_or_declines(data):
     assert [type(getattr(plain, f)) for f in plain.__dataclass_fields__] == [
         type(getattr(expected, f)) for f in expected.__dataclass_fields__
     ]
-
-
-@pytest.mark.parametrize("data", PLAIN)
-def test_the_usual_bodies_take_the_plain_path(data):
-    assert plain_send_request(copy.deepcopy(data)) is not None
 
 
 @pytest.mark.parametrize("data", DECLINED)
@@ -173,14 +169,16 @@ def test_a_usual_send_is_accepted_without_the_serializer(alice, alice_instance, 
 
 @pytest.mark.parametrize(
     "data",
-    [body(to="+55 11 x"), body(text="", category="utility"), body(variables={"name": None}), body(deliverUntil="soon"),
+    [*DECLINED, body(to="+55 11 x"), body(text="", category="utility"), body(deliverUntil="soon"),
      body(text="{{name}}" * 41, variables={"name": "y" * 100}), body(text=7)],
 )
 def test_a_refused_body_answers_the_serializers_errors(alice, alice_instance, opted_in, data):
+    """Every body the plain path declines still gets SendMessageSerializer's answer, word for word."""
     serializer = SendMessageSerializer(data=copy.deepcopy(data))
     assert not serializer.is_valid()
 
-    response = alice.client().post(URL, data, format="json")
+    # Encoded here, as a client would send it: DRF's test client cannot encode a lone surrogate.
+    response = alice.client().post(URL, json.dumps(data), content_type="application/json")
 
     assert response.status_code == 400
     assert response.json() == {
