@@ -26,10 +26,14 @@ async def send_text(request: web.Request) -> web.StreamResponse:
                               # True once the message reached WhatsApp (whatever the caller hears).
                               "reached": False, "answer_lost": None}
     world.sends.append(record)
+    stats = world.stats  # a reset meanwhile swaps world.stats: finish on the object this call started on
+    stats.send_started()
     try:
         response = await _send_text(request, record)
     except Halt as halt:
         response = halt.response
+    finally:
+        stats.send_finished()
     record["status"] = response.status
     world.stats.count_send(response.status)
     inst = world.instances.get(record["instance"])
