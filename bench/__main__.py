@@ -44,7 +44,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                                           or os.environ.get("WEB_CONCURRENCY") or len(os.sched_getaffinity(0))))
     p.add_argument("--web-args", default=os.environ.get("BENCH_WEB_ARGS", ""),
                    help='extra gunicorn flags, e.g. "--worker-class gthread --threads 4"')
-    p.add_argument("--worker-concurrency", type=int, default=int(os.environ.get("BENCH_WORKER_CONCURRENCY", "2")))
+    # Unset: each lane's own (pilot_status.lane_worker, as in the Procfile); a number sets every lane's.
+    p.add_argument("--worker-concurrency", type=int, default=int(os.environ.get("BENCH_WORKER_CONCURRENCY") or 0) or None)
+    p.add_argument("--worker-pool", choices=("threads", "prefork"), default=os.environ.get("BENCH_WORKER_POOL") or None,
+                   help="the lane workers' Celery pool (default: LANE_WORKER_POOL's, threads)")
     return p.parse_args(argv)
 
 
@@ -87,10 +90,13 @@ def main(argv: list[str] | None = None) -> int:
 
     world = build_world(fleet=sizes.fleet)
     stack = BenchStack(StackConfig(database_url, web_workers=args.web_workers,
-                                   worker_concurrency=args.worker_concurrency, log_dir=log_dir,
+                                   worker_concurrency=args.worker_concurrency, worker_pool=args.worker_pool,
+                                   log_dir=log_dir,
                                    web_args=args.web_args.split()))
     results: dict[str, Any] = {"machine": machine.describe(), "sizes": sizes.__dict__, "smoke": args.smoke,
-                               "stack": {"web_workers": args.web_workers, "worker_concurrency": args.worker_concurrency,
+                               "stack": {"web_workers": args.web_workers,
+                                         "worker_concurrency": {lane: stack.lane_worker(lane).concurrency for lane in ("otp", "utility", "marketing")},
+                                         "worker_pool": stack.lane_worker("utility").pool,
                                          "web_args": args.web_args,
                                          "webhook_args": f"{stack.config.webhook_workers} workers, "
                                                          + " ".join(stack.config.webhook_args),

@@ -22,6 +22,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pilot_status.lane_worker import LaneWorker
+from pilot_status.lane_worker import settings_for as lane_worker_settings
+
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ("otp", "utility", "marketing")
 # Every process BenchStack.start starts.
@@ -128,7 +131,9 @@ class Process:
 class StackConfig:
     database_url: str
     web_workers: int = 2  # __main__ passes WEB_CONCURRENCY (one per core), as the Procfile
-    worker_concurrency: int = 2
+    # None: each lane's own (pilot_status.lane_worker, as in the Procfile); a number sets every lane's.
+    worker_concurrency: int | None = None
+    worker_pool: str | None = None  # None: LANE_WORKER_POOL's (threads); "prefork" for the old pool
     worker_log_level: str = "info"
     web_args: list[str] = field(default_factory=list)  # extra gunicorn flags, e.g. a worker class to compare
     # The webhook pool (Procfile `webhook`); BENCH_WEBHOOK_WORKERS / BENCH_WEBHOOK_ARGS to compare others.
@@ -229,12 +234,20 @@ class BenchStack:
     def consumer(self) -> Process:
         return self._process("consumer", "consumer", [sys.executable, "manage.py", "run_consumer"], "Connected to amqp")
 
+    def lane_worker(self, lane: str) -> LaneWorker:
+        """What a lane's worker runs with: the Procfile's (pilot_status.lane_worker), unless this run says otherwise."""
+        env = dict(os.environ)
+        if self.config.worker_pool:
+            env["LANE_WORKER_POOL"] = self.config.worker_pool
+        if self.config.worker_concurrency:
+            env[f"LANE_WORKER_CONCURRENCY_{lane.upper()}"] = str(self.config.worker_concurrency)
+        return lane_worker_settings(lane, env)
+
     def worker(self, lane: str) -> Process:
         return self._process(
             f"worker-{lane}", "worker",
-            [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "-Q", lane, "-n", f"{lane}@bench",
-             "-c", str(self.config.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", self.config.worker_log_level,
+            [sys.executable, "-m", "celery",
+             *self.lane_worker(lane).celery_args("bench.celery_app", f"{lane}@bench", self.config.worker_log_level),
              *os.environ.get(f"BENCH_WORKER_ARGS_{lane.upper()}", "").split()],
             "ready.",
         )
