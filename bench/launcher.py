@@ -172,7 +172,10 @@ class BenchStack:
                 # what B2 and B5 push through one instance; the check itself still runs).
                 "WEBHOOK_RATE_PER_INSTANCE": "1000000",
                 "WEBHOOK_RATE_BURST": "1000000",
+                # B1-B6 measure the pipeline without the typing delay (on by default since issue 26);
+                # B8 turns it on through extra_env.
                 "TYPING_DELAY_MS_PER_CHAR": "0",
+                "TYPING_DELAY_OTP_MS": "0",
             }
         )
         env.update(config.extra_env)

@@ -264,8 +264,13 @@ EVOLUTION_RABBITMQ_EXCHANGE = envstr("EVOLUTION_RABBITMQ_EXCHANGE", "evolution_e
 EVOLUTION_RABBITMQ_PER_INSTANCE = envbool("EVOLUTION_RABBITMQ_PER_INSTANCE", False)
 EVOLUTION_CONNECT_TIMEOUT = envfloat("EVOLUTION_CONNECT_TIMEOUT", 3.0, above=0)
 EVOLUTION_READ_TIMEOUT = envfloat("EVOLUTION_READ_TIMEOUT", 15.0, above=0)
-# Human-like typing before each message, in ms per character, capped (seeds A, stage 3).
-TYPING_DELAY_MS_PER_CHAR = envint("TYPING_DELAY_MS_PER_CHAR", 0, minimum=0)
+# Human-like typing before each message (seeds A, stage 3; messaging.sending.typing_delay): ms per character
+# of the text (UTILITY, MARKETING), a short fixed delay for an OTP, ± a jitter, and a cap that nothing
+# passes (the send lease counts on it). 0 per character / for OTPs turns that part off; a message's
+# own `typing: "off"` turns it off for that message.
+TYPING_DELAY_MS_PER_CHAR = envint("TYPING_DELAY_MS_PER_CHAR", 30, minimum=0)
+TYPING_DELAY_OTP_MS = envint("TYPING_DELAY_OTP_MS", 300, minimum=0)
+TYPING_DELAY_JITTER = envfloat("TYPING_DELAY_JITTER", 0.2, minimum=0, at_most=1)
 TYPING_DELAY_MAX_MS = envint("TYPING_DELAY_MAX_MS", 3000, minimum=0)
 
 INTERNAL_WEBHOOK_SECRET = envsecret(
