@@ -25,7 +25,7 @@ from .launcher import STARTED
 from .launcher import priorities as launcher_priorities
 from .sizes import resolve
 
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import machine, report
     from .context import DISTURBANCES, Context
-    from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness
+    from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness, b8_slow_gateway
     from .world import Simulator
 
     world = build_world(fleet=sizes.fleet)
@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "B4": lambda: b4_outage.run(ctx),
             "B5": lambda: b5_ingestion.run(ctx),
             "B6": lambda: b6_fairness.run(ctx),
+            "B8": lambda: b8_slow_gateway.run(ctx),
         }
         for name in SCENARIOS:
             if name not in only:

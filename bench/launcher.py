@@ -21,9 +21,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pilot_status.lane_worker import LaneWorker
-from pilot_status.lane_worker import settings_for as lane_worker_settings
+if TYPE_CHECKING:
+    from pilot_status.lane_worker import LaneWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ("otp", "utility", "marketing")
@@ -237,23 +238,40 @@ class BenchStack:
     def consumer(self) -> Process:
         return self._process("consumer", "consumer", [sys.executable, "manage.py", "run_consumer"], "Connected to amqp")
 
-    def lane_worker(self, lane: str) -> LaneWorker:
-        """What a lane's worker runs with: the Procfile's (pilot_status.lane_worker), unless this run says otherwise."""
-        env = dict(os.environ)
-        if self.config.worker_pool:
-            env["LANE_WORKER_POOL"] = self.config.worker_pool
-        if self.config.worker_concurrency:
+    def lane_worker(self, lane: str, pool: str | None = None) -> LaneWorker:
+        """What a lane's worker runs with: the Procfile's (pilot_status.lane_worker), unless this run (or
+        `pool`, B8's side-by-side) says otherwise."""
+        # Imported here: importing pilot_status loads the Celery app, which reads Django's settings, and
+        # the bench process must choose its settings module (bench.settings) before anything does.
+        from pilot_status.lane_worker import settings_for as lane_worker_settings
+
+        env = dict(self.env)
+        if pool or self.config.worker_pool:
+            env["LANE_WORKER_POOL"] = pool or self.config.worker_pool or ""
+        if self.config.worker_concurrency and not pool:
             env[f"LANE_WORKER_CONCURRENCY_{lane.upper()}"] = str(self.config.worker_concurrency)
         return lane_worker_settings(lane, env)
 
-    def worker(self, lane: str) -> Process:
-        return self._process(
+    def worker(self, lane: str, pool: str | None = None, env: dict[str, str] | None = None) -> Process:
+        process = self._process(
             f"worker-{lane}", "worker",
             [sys.executable, "-m", "celery",
-             *self.lane_worker(lane).celery_args("bench.celery_app", f"{lane}@bench", self.config.worker_log_level),
+             *self.lane_worker(lane, pool).celery_args("bench.celery_app", f"{lane}@bench", self.config.worker_log_level),
              *os.environ.get(f"BENCH_WORKER_ARGS_{lane.upper()}", "").split()],
             "ready.",
         )
+        if env:
+            process.env = {**self.env, **env}
+        return process
+
+    def restart_lane_workers(self, pool: str | None = None, env: dict[str, str] | None = None) -> None:
+        """Every lane worker again, on `pool` and with `env` on top of the stack's (B8: typing on, each pool in
+        turn); without arguments, as the stack started them."""
+        for lane in LANES:
+            self.processes[f"worker-{lane}"].stop()
+            self.processes[f"worker-{lane}"] = self.worker(lane, pool, env).start()
+        for lane in LANES:
+            self.processes[f"worker-{lane}"].wait_ready()
 
     def start(self) -> None:
         sim = self.simulator().start()

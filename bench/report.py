@@ -75,13 +75,23 @@ def _summary(results: dict[str, Any]) -> list[str]:
                   else spread(behind["p99_s"], 2, " s"))
         rows.append(f"| B6 | B's p99 wait {figure} behind {b6['backlog']:,} of A | B alone {spread(b6['alone']['p99_s'], 2, ' s')} "
                     f"| {num(b6['ratio'], 2) + '×' if not behind['timed_out'] else '∞'} | ≤ 2× | {status(b6['met'])} |")
+    if b8 := sc.get("B8"):
+        for r in b8["runs"]:
+            if r["pool"] != "threads":
+                continue
+            old = next((o for o in b8["runs"] if o["pool"] == "prefork" and o["latency_s"] == r["latency_s"]), None)
+            rows.append(f"| B8 | at {num(r['latency_s'], 1)} s latency, typing on: {num(r['throughput_per_s'], 1)} UTILITY/s "
+                        f"(prefork: {num(old['throughput_per_s'], 1) if old else '–'}/s); OTP p99 {num(r['otp_p99_ms'])} ms "
+                        f"| sum of pacing caps {num(r['pacing_caps_per_s'])}/s; OTP ≤ {r['otp_target_ms']} ms "
+                        f"| {num(r['share_of_caps'], 2)}× | ≥ 0.8× caps; OTP p99 ≤ latency + typing + 250 ms "
+                        f"| {status(r['throughput_met'] and r['otp_met'])} |")
     if b2:
         rss = b2["peak_rss_mb"]
         rows.append(f"| M | peak RSS during B2: worker {num(rss.get('worker'))} MB, web {num(rss.get('web'))} MB, "
                     f"webhook {num(rss.get('webhook'))} MB, "
                     f"relay {num(rss.get('relay'))} MB, consumer {num(rss.get('consumer'))} MB, simulator "
                     f"{num(rss.get('simulator'))} MB | – | – | worker ≤ 150 MB, web (both pools) ≤ 120 MB | {status(b2['rss_met'])} |")
-    for name in ("B1", "B2", "B3", "B4", "B5", "B6"):
+    for name in ("B1", "B2", "B3", "B4", "B5", "B6", "B8"):
         if name not in sc and name not in results["errors"]:
             rows.append(f"| {name} | not measured in this run | | | | **not measured** |")
     for name, error in results["errors"].items():
@@ -224,6 +234,22 @@ def _details(results: dict[str, Any]) -> list[str]:
         for i, (a, b) in enumerate(zip(b6["alone"]["runs"], b6["behind"]["runs"])):
             out.append(f"| {i + 1} | {num(a['p50_s'], 2)} / {num(a['p99_s'], 2)} s | {num(b['p50_s'], 2)} / {num(b['p99_s'], 2)} s "
                        f"| {b['sent']}/{b['count']} | {num(b.get('a_sent_meanwhile'))} |")
+        out.append("")
+    if b8 := sc.get("B8"):
+        out += ["### B8 a slow gateway, typing on: the lane workers' pools side by side", "",
+                f"{b8['messages']:,} UTILITY messages ({b8['text_chars']} characters: about "
+                f"{b8['text_chars'] * int(b8['typing']['TYPING_DELAY_MS_PER_CHAR']) / 1000:.1f} s of typing) queued over "
+                f"{b8['instances']} instances at the default pacing, an OTP stream of {num(b8['otp_rate'])}/s alongside, "
+                f"each run {num(b8['window_s'])} s; throughput counted once the first sends could be back (latency + "
+                "the longest typing + 1 s) to the end. The simulator answers sendText after the latency (`send_latency_ms`). "
+                "On a shared machine these figures are noisy.", "",
+                "| pool | latency | UTILITY sent/s | × caps | sendText in flight (max) | OTP p50 / p99 | peak RSS worker | "
+                "peak DB connections (worker / all) |", "|---|---|---|---|---|---|---|---|"]
+        for r in b8["runs"]:
+            conns = r["peak_db_connections"]
+            out.append(f"| {r['pool']} | {num(r['latency_s'], 1)} s | {num(r['throughput_per_s'], 1)} | {num(r['share_of_caps'], 2)} "
+                       f"| {r['max_in_flight']} | {num(r['otp_p50_ms'])} / {num(r['otp_p99_ms'])} ms "
+                       f"| {num(r['peak_rss_mb'].get('worker'))} MB | {conns.get('worker', 0)} / {sum(conns.values())} |")
         out.append("")
     cpu_lines = [_cpu(name, s["cpu"]) for name, s in sc.items() if s.get("cpu")]
     if cpu_lines:

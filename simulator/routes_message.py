@@ -83,6 +83,8 @@ async def _send_text(request: web.Request, record: dict[str, Any]) -> web.Stream
         if inst.state != "open" or inst.deleted:
             # The socket died while "typing": caught inside sendMessageWithTyping's try.
             return errors.bad_request("Error: Connection Closed")
+    if faults.send_latency_ms:
+        await asyncio.sleep(faults.send_latency_ms / 1000)  # WhatsApp taking the message
     msg = whatsapp.send_text(inst, jid, text)
     record["id"] = msg.response["key"]["id"]
     record["reached"] = True

@@ -152,6 +152,16 @@ def test_stats_count_the_most_send_text_calls_in_flight_at_once(sim: Simulator, 
     assert sim.stats()["send_text"]["max_in_flight"] == 0
 
 
+def test_send_latency_slows_send_text_only(sim: Simulator, inst: Json) -> None:
+    sim.instance("my-instance", faults={"send_latency_ms": 400})
+    started = time.monotonic()
+    assert sim.send_text("my-instance").status_code == 201
+    assert time.monotonic() - started >= 0.4
+    started = time.monotonic()
+    assert sim.call("GET", "/instance/connectionState/my-instance").status_code == 200
+    assert time.monotonic() - started < 0.3
+
+
 def test_stats_and_reset(sim: Simulator, inst: Json) -> None:
     sim.send_text("my-instance")
     stats = sim.stats()
