@@ -253,15 +253,15 @@ class BenchStack:
         return lane_worker_settings(lane, env)
 
     def worker(self, lane: str, pool: str | None = None, env: dict[str, str] | None = None) -> Process:
+        settings = self.lane_worker(lane, pool)
         process = self._process(
             f"worker-{lane}", "worker",
             [sys.executable, "-m", "celery",
-             *self.lane_worker(lane, pool).celery_args("bench.celery_app", f"{lane}@bench", self.config.worker_log_level),
+             *settings.celery_args("bench.celery_app", f"{lane}@bench", self.config.worker_log_level),
              *os.environ.get(f"BENCH_WORKER_ARGS_{lane.upper()}", "").split()],
             "ready.",
         )
-        if env:
-            process.env = {**self.env, **env}
+        process.env = {**self.env, **(env or {}), **settings.env()}
         return process
 
     def restart_lane_workers(self, pool: str | None = None, env: dict[str, str] | None = None) -> None:

@@ -42,3 +42,13 @@ def checking_connection(work: Callable[[], T]) -> T:
     if db.connection is pooled:
         db.close()
     return work()
+
+
+def release_while_waiting() -> None:
+    """About to wait on something slow (Evolution): give this thread's connection back to the process's
+    pool, so that a lane worker's connections are bounded by its pool, not by its threads (issue 26).
+    The next statement takes one again. Without a pool (every process but the threaded lane workers)
+    the connection stays, as it always did; inside a transaction nothing is released."""
+    db: Any = connections[DEFAULT_DB_ALIAS]
+    if db.connection is not None and not db.in_atomic_block and db.pool is not None:
+        db.close()

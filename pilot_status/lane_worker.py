@@ -11,20 +11,26 @@ instead: the sync Django code stays as it is, a thread waiting on a socket leave
 others, and the lane's concurrency is set from what it waits on, not from cores.
 
 How many threads: one instance keeps at most `rate × (latency + typing) + burst` calls in flight
-(its send slot meters the calls: sending.pacing), 20/s × 1 s + 10 = 30 at the defaults. So:
-- utility and marketing: 32 threads, one instance at its full cap at 1 s (or several sharing it);
-- otp: 16 threads, an OTP burst of 16 at once (issue 26's 20-OTP burst waited ~10 s on 2 processes).
-Every thread keeps its own Postgres connection (Django's connections are per thread; Celery's
-Django fixup and pilot_status.celery's task_prerun check it per task in the thread that runs it),
-so the lanes hold up to 32 + 32 + 16 = 80 connections at the defaults: with the rest of the
-Procfile (about 25) that is about half of Postgres's max_connections 200 (scripts/services.sh,
-docker-compose.yml). Raise the concurrency only with that budget in view:
-    sum over lane processes of their concurrency + the other processes' ≤ max_connections.
+(its send slot meters the calls: sending.pacing), 20/s × (1 s + 2.4 s of typing) + 10 ≈ 78 at the
+defaults for a 80-character text, and a lane process sends at most `threads / (latency + typing)`
+per second. So utility and marketing run 128 threads (about 38 sends/s at 1 s + 2.4 s, a bit under
+two instances at their full cap; run more lane processes for more), otp 32 (an OTP types 0.3 s: 32
+OTPs at once at 1 s). A waiting thread costs memory (its stack, a keep-alive socket to Evolution),
+not CPU.
+
+Database connections do not grow with the threads: a threads-pool worker shares a pool of
+`LANE_WORKER_DB_CONNECTIONS` (8) Postgres connections among them (Django's psycopg pool, set through
+DATABASE_POOL_MAX_SIZE), and a thread gives its connection back while it waits on Evolution or for
+its send slot (pilot_status.database.release_while_waiting). The three lanes hold at most 24
+connections, the whole Procfile about 50, against Postgres's max_connections 200
+(scripts/services.sh, docker-compose.yml). The prefork pool keeps one persistent connection per
+process, as before.
 
 Settings (environment, read here and nowhere else):
 - LANE_WORKER_POOL: `threads` (default) or `prefork` (the old pool, kept for side-by-side benches);
 - LANE_WORKER_CONCURRENCY_<LANE> (e.g. LANE_WORKER_CONCURRENCY_UTILITY): that lane's concurrency;
-- LANE_WORKER_CONCURRENCY: every lane's, where the lane's own is unset.
+- LANE_WORKER_CONCURRENCY: every lane's, where the lane's own is unset;
+- LANE_WORKER_DB_CONNECTIONS: the threads pool's shared Postgres connections per lane process (8).
 Under prefork the defaults are the old ones (2 processes), since each is a process.
 """
 
@@ -38,8 +44,11 @@ from dataclasses import dataclass
 LANES = ("otp", "utility", "marketing")
 POOLS = ("threads", "prefork")
 DEFAULT_POOL = "threads"
-DEFAULT_CONCURRENCY = {"threads": {"otp": 16, "utility": 32, "marketing": 32},
+DEFAULT_CONCURRENCY = {"threads": {"otp": 32, "utility": 128, "marketing": 128},
                        "prefork": {"otp": 2, "utility": 2, "marketing": 2}}
+# Postgres connections a threads-pool lane worker shares among its threads (DATABASE_POOL_MAX_SIZE).
+DEFAULT_DB_CONNECTIONS = 8
+MAX_DB_CONNECTIONS = 64
 # A thread more is a Postgres connection more: a number above this is a typo, not a plan.
 MAX_CONCURRENCY = 256
 USAGE = "usage: python -m pilot_status.lane_worker {otp,utility,marketing} [extra celery worker args]"
@@ -50,6 +59,11 @@ class LaneWorker:
     lane: str
     pool: str
     concurrency: int
+    db_connections: int = 0  # the process's connection pool; 0: one persistent connection per thread/process
+
+    def env(self) -> dict[str, str]:
+        """What the worker needs in its environment besides its arguments."""
+        return {"DATABASE_POOL_MAX_SIZE": str(self.db_connections)} if self.db_connections else {}
 
     def celery_args(self, app: str = "pilot_status", hostname: str | None = None,
                     log_level: str = "info") -> list[str]:
@@ -80,7 +94,13 @@ def settings_for(lane: str, env: Mapping[str, str] | None = None) -> LaneWorker:
                 raise ValueError(f"{name} must be a whole number from 1 to {MAX_CONCURRENCY}, got {raw!r}")
             concurrency = int(raw)
             break
-    return LaneWorker(lane, pool, concurrency)
+    db_connections = 0
+    if pool == "threads":
+        raw = (env.get("LANE_WORKER_DB_CONNECTIONS") or "").strip()
+        if raw and (not raw.isdigit() or not 1 <= int(raw) <= MAX_DB_CONNECTIONS):
+            raise ValueError(f"LANE_WORKER_DB_CONNECTIONS must be a whole number from 1 to {MAX_DB_CONNECTIONS}, got {raw!r}")
+        db_connections = int(raw) if raw else DEFAULT_DB_CONNECTIONS
+    return LaneWorker(lane, pool, concurrency, db_connections)
 
 
 def main(argv: list[str]) -> int:
@@ -93,6 +113,7 @@ def main(argv: list[str]) -> int:
         print(f"pilot_status.lane_worker: {exc}\n{USAGE}", file=sys.stderr)
         return 2
     command = [sys.executable, "-m", "celery", *worker.celery_args(), *argv[1:]]
+    os.environ.update(worker.env())
     os.execv(sys.executable, command)
     return 0  # not reached: execv replaced this process
 

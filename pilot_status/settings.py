@@ -17,7 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from . import production
-from messaging.sending.budget import lease_seconds_needed
+from messaging.sending.budget import DB_POOL_WAIT_SECONDS, lease_seconds_needed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -221,6 +221,18 @@ DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
 _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
 if _LOCK_TIMEOUT_MS:
     DATABASES["default"]["OPTIONS"]["options"] = f"-c lock_timeout={_LOCK_TIMEOUT_MS}"
+# A process whose threads spend most of their time waiting on something else (the lane workers: on
+# Evolution, issue 26) shares a pool of this many connections among them instead of one per thread,
+# and gives its connection back while it waits (pilot_status.database.release_while_waiting). 0 (the
+# default, and what every other process runs with): Django's persistent connection per thread.
+# pilot_status.lane_worker sets it for the threads pool (LANE_WORKER_DB_CONNECTIONS).
+DATABASE_POOL_MAX_SIZE = envint("DATABASE_POOL_MAX_SIZE", 0, minimum=0)
+if DATABASE_POOL_MAX_SIZE:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool and persistent connections exclude each other
+    # A thread waits at most this long for a free connection (the send lease counts it: sending.budget).
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": DB_POOL_WAIT_SECONDS,
+    }
 DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "test_pilot_status")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pilot_status import metrics
-from pilot_status.database import checking_connection
+from pilot_status.database import checking_connection, release_while_waiting
 
 from .. import lifecycle, otp_window, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
@@ -103,6 +103,7 @@ def send_one(message_id: str) -> str:
     if not take_send_slot(message, token, route):
         return "held"
     started = timezone.now()
+    release_while_waiting()  # the call can take seconds (latency + typing): its connection serves others meanwhile
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message))
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
@@ -129,6 +130,7 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
         )
         return False
     if wait:
+        release_while_waiting()
         time.sleep(wait)
     return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from messaging.sending import budget
 from pilot_status import lane_worker
 from pilot_status.lane_worker import LANES, settings_for
 from tests.support.processes import Stack
@@ -19,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_by_default_the_lanes_run_threads_sized_for_their_wait_on_evolution():
     workers = {lane: settings_for(lane, {}) for lane in LANES}
     assert {w.pool for w in workers.values()} == {"threads"}
-    assert {lane: w.concurrency for lane, w in workers.items()} == {"otp": 16, "utility": 32, "marketing": 32}
-    # Postgres budget: one connection per thread, well under half of max_connections 200.
-    assert sum(w.concurrency for w in workers.values()) <= 100
+    assert {lane: w.concurrency for lane, w in workers.items()} == {"otp": 32, "utility": 128, "marketing": 128}
+    # Postgres budget: the threads share a pool of 8 per lane process, whatever their number.
+    assert {w.db_connections for w in workers.values()} == {8}
+    assert workers["utility"].env() == {"DATABASE_POOL_MAX_SIZE": "8"}
 
 
 def test_a_lane_setting_wins_over_the_common_one_and_prefork_keeps_its_old_size():
@@ -29,6 +32,8 @@ def test_a_lane_setting_wins_over_the_common_one_and_prefork_keeps_its_old_size(
     assert settings_for("otp", env).concurrency == 4
     assert settings_for("marketing", env).concurrency == 8
     assert settings_for("utility", {"LANE_WORKER_POOL": "prefork"}) == lane_worker.LaneWorker("utility", "prefork", 2)
+    assert settings_for("utility", {"LANE_WORKER_POOL": "prefork"}).env() == {}  # one connection per process
+    assert settings_for("otp", {"LANE_WORKER_DB_CONNECTIONS": "3"}).db_connections == 3
 
 
 @pytest.mark.parametrize("env, named", [
@@ -36,6 +41,7 @@ def test_a_lane_setting_wins_over_the_common_one_and_prefork_keeps_its_old_size(
     ({"LANE_WORKER_CONCURRENCY": "0"}, "LANE_WORKER_CONCURRENCY"),
     ({"LANE_WORKER_CONCURRENCY_UTILITY": "ten"}, "LANE_WORKER_CONCURRENCY_UTILITY"),
     ({"LANE_WORKER_CONCURRENCY": "100000"}, "LANE_WORKER_CONCURRENCY"),
+    ({"LANE_WORKER_DB_CONNECTIONS": "0"}, "LANE_WORKER_DB_CONNECTIONS"),
 ])
 def test_a_bad_setting_is_refused_by_name(env, named):
     with pytest.raises(ValueError, match=named):
@@ -45,7 +51,7 @@ def test_a_bad_setting_is_refused_by_name(env, named):
 def test_the_celery_arguments_name_the_pool_and_its_size():
     args = settings_for("marketing", {}).celery_args(hostname="marketing@x")
     assert args[:7] == ["-A", "pilot_status", "worker", "-Q", "marketing", "-n", "marketing@x"]
-    assert args[args.index("-P") + 1] == "threads" and args[args.index("-c") + 1] == "32"
+    assert args[args.index("-P") + 1] == "threads" and args[args.index("-c") + 1] == "128"
     assert "-O" not in args  # `fair` is a prefork scheduling option
     assert "-O" in settings_for("marketing", {"LANE_WORKER_POOL": "prefork"}).celery_args()
 
@@ -67,3 +73,38 @@ def test_every_launcher_starts_the_lane_workers_through_it():
     stack = Stack.__new__(Stack)
     stack.env = {}
     assert stack.lane_worker("utility") == settings_for("utility", {})
+
+
+POOLED_THREADS = """
+import threading, time, django
+django.setup()
+from django.db import connection
+from pilot_status.database import release_while_waiting
+
+done = []
+
+def send():
+    connection.cursor().execute("SELECT 1")  # the claim
+    release_while_waiting()                  # the wait on Evolution
+    time.sleep(0.3)
+    connection.cursor().execute("SELECT 1")  # recording the answer
+    done.append(connection.pool.get_stats()["pool_size"])
+    connection.close()
+
+threads = [threading.Thread(target=send) for _ in range(12)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(len(done), max(done), connection.pool.timeout)
+"""
+
+
+def test_threads_waiting_on_evolution_share_a_bounded_pool_of_connections():
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "pilot_status.settings", "DATABASE_POOL_MAX_SIZE": "3"}
+    done = subprocess.run([sys.executable, "-c", POOLED_THREADS], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    finished, largest_pool, wait = done.stdout.split()
+    assert int(finished) == 12 and int(largest_pool) <= 3  # twelve sends in flight at once on three connections
+    # The longest wait for a free connection is part of a send's worst case, which the lease outlives.
+    assert float(wait) == budget.DB_POOL_WAIT_SECONDS
+    assert budget.send_seconds(3.0, 15.0, 3000, 50) >= 3 + 15 + 3 + budget.DB_POOL_WAIT_SECONDS

@@ -165,10 +165,11 @@ class Stack:
         return lane_worker_settings(lane, self.env)
 
     def _worker(self, lane: str) -> Process:
+        worker = self.lane_worker(lane)
         return Process(
             f"worker-{lane}",
-            [sys.executable, "-m", "celery", *self.lane_worker(lane).celery_args(hostname=f"{lane}@test")],
-            self.env,
+            [sys.executable, "-m", "celery", *worker.celery_args(hostname=f"{lane}@test")],
+            {**self.env, **worker.env()},
         )
 
     def _maintenance_worker(self, queue: str, env: dict[str, str]) -> Process:
