@@ -25,7 +25,7 @@ from .launcher import STARTED
 from .launcher import priorities as launcher_priorities
 from .sizes import resolve
 
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -44,7 +44,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                                           or os.environ.get("WEB_CONCURRENCY") or len(os.sched_getaffinity(0))))
     p.add_argument("--web-args", default=os.environ.get("BENCH_WEB_ARGS", ""),
                    help='extra gunicorn flags, e.g. "--worker-class gthread --threads 4"')
-    p.add_argument("--worker-concurrency", type=int, default=int(os.environ.get("BENCH_WORKER_CONCURRENCY", "2")))
+    # Unset: each lane's own (pilot_status.lane_worker, as in the Procfile); a number sets every lane's.
+    p.add_argument("--worker-concurrency", type=int, default=int(os.environ.get("BENCH_WORKER_CONCURRENCY") or 0) or None)
+    p.add_argument("--worker-pool", choices=("threads", "prefork"), default=os.environ.get("BENCH_WORKER_POOL") or None,
+                   help="the lane workers' Celery pool (default: LANE_WORKER_POOL's, threads)")
     return p.parse_args(argv)
 
 
@@ -82,15 +85,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import machine, report
     from .context import DISTURBANCES, Context
-    from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness
+    from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness, b8_slow_gateway
     from .world import Simulator
 
     world = build_world(fleet=sizes.fleet)
     stack = BenchStack(StackConfig(database_url, web_workers=args.web_workers,
-                                   worker_concurrency=args.worker_concurrency, log_dir=log_dir,
+                                   worker_concurrency=args.worker_concurrency, worker_pool=args.worker_pool,
+                                   log_dir=log_dir,
                                    web_args=args.web_args.split()))
     results: dict[str, Any] = {"machine": machine.describe(), "sizes": sizes.__dict__, "smoke": args.smoke,
-                               "stack": {"web_workers": args.web_workers, "worker_concurrency": args.worker_concurrency,
+                               "stack": {"web_workers": args.web_workers,
+                                         "worker_concurrency": {lane: stack.lane_worker(lane).concurrency for lane in ("otp", "utility", "marketing")},
+                                         "worker_pool": stack.lane_worker("utility").pool,
                                          "web_args": args.web_args,
                                          "webhook_args": f"{stack.config.webhook_workers} workers, "
                                                          + " ".join(stack.config.webhook_args),
@@ -114,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "B4": lambda: b4_outage.run(ctx),
             "B5": lambda: b5_ingestion.run(ctx),
             "B6": lambda: b6_fairness.run(ctx),
+            "B8": lambda: b8_slow_gateway.run(ctx),
         }
         for name in SCENARIOS:
             if name not in only:

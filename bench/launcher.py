@@ -21,6 +21,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pilot_status.lane_worker import LaneWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ("otp", "utility", "marketing")
@@ -128,7 +132,9 @@ class Process:
 class StackConfig:
     database_url: str
     web_workers: int = 2  # __main__ passes WEB_CONCURRENCY (one per core), as the Procfile
-    worker_concurrency: int = 2
+    # None: each lane's own (pilot_status.lane_worker, as in the Procfile); a number sets every lane's.
+    worker_concurrency: int | None = None
+    worker_pool: str | None = None  # None: LANE_WORKER_POOL's (threads); "prefork" for the old pool
     worker_log_level: str = "info"
     web_args: list[str] = field(default_factory=list)  # extra gunicorn flags, e.g. a worker class to compare
     # The webhook pool (Procfile `webhook`); BENCH_WEBHOOK_WORKERS / BENCH_WEBHOOK_ARGS to compare others.
@@ -167,7 +173,10 @@ class BenchStack:
                 # what B2 and B5 push through one instance; the check itself still runs).
                 "WEBHOOK_RATE_PER_INSTANCE": "1000000",
                 "WEBHOOK_RATE_BURST": "1000000",
+                # B1-B6 measure the pipeline without the typing delay (on by default since issue 26);
+                # B8 turns it on through extra_env.
                 "TYPING_DELAY_MS_PER_CHAR": "0",
+                "TYPING_DELAY_OTP_MS": "0",
             }
         )
         env.update(config.extra_env)
@@ -229,15 +238,40 @@ class BenchStack:
     def consumer(self) -> Process:
         return self._process("consumer", "consumer", [sys.executable, "manage.py", "run_consumer"], "Connected to amqp")
 
-    def worker(self, lane: str) -> Process:
-        return self._process(
+    def lane_worker(self, lane: str, pool: str | None = None) -> LaneWorker:
+        """What a lane's worker runs with: the Procfile's (pilot_status.lane_worker), unless this run (or
+        `pool`, B8's side-by-side) says otherwise."""
+        # Imported here: importing pilot_status loads the Celery app, which reads Django's settings, and
+        # the bench process must choose its settings module (bench.settings) before anything does.
+        from pilot_status.lane_worker import settings_for as lane_worker_settings
+
+        env = dict(self.env)
+        if pool or self.config.worker_pool:
+            env["LANE_WORKER_POOL"] = pool or self.config.worker_pool or ""
+        if self.config.worker_concurrency and not pool:
+            env[f"LANE_WORKER_CONCURRENCY_{lane.upper()}"] = str(self.config.worker_concurrency)
+        return lane_worker_settings(lane, env)
+
+    def worker(self, lane: str, pool: str | None = None, env: dict[str, str] | None = None) -> Process:
+        settings = self.lane_worker(lane, pool)
+        process = self._process(
             f"worker-{lane}", "worker",
-            [sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker", "-Q", lane, "-n", f"{lane}@bench",
-             "-c", str(self.config.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", self.config.worker_log_level,
+            [sys.executable, "-m", "celery",
+             *settings.celery_args("bench.celery_app", f"{lane}@bench", self.config.worker_log_level),
              *os.environ.get(f"BENCH_WORKER_ARGS_{lane.upper()}", "").split()],
             "ready.",
         )
+        process.env = {**self.env, **(env or {}), **settings.env()}
+        return process
+
+    def restart_lane_workers(self, pool: str | None = None, env: dict[str, str] | None = None) -> None:
+        """Every lane worker again, on `pool` and with `env` on top of the stack's (B8: typing on, each pool in
+        turn); without arguments, as the stack started them."""
+        for lane in LANES:
+            self.processes[f"worker-{lane}"].stop()
+            self.processes[f"worker-{lane}"] = self.worker(lane, pool, env).start()
+        for lane in LANES:
+            self.processes[f"worker-{lane}"].wait_ready()
 
     def start(self) -> None:
         sim = self.simulator().start()

@@ -80,6 +80,72 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return total / TICKS
 
 
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def _tcp_inodes_to(port: int) -> set[str]:
+    """Inodes of this network namespace's TCP sockets connected to `port` (on any address)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            remote, state, inode = parts[2], parts[3], parts[9]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:  # ESTABLISHED
+                found.add(inode)
+    return found
+
+
+def connections_to(roots: dict[str, list[int]], port: int) -> dict[str, int]:
+    """Open TCP connections to `port` (Postgres's) held by each kind's processes, counted now."""
+    wanted = _tcp_inodes_to(port)
+    return {kind: sum(len(_socket_inodes(pid) & wanted) for root in pids for pid in tree(root))
+            for kind, pids in roots.items()}
+
+
+class PeakConnections:
+    """Samples connections_to in a background thread; keeps each kind's peak."""
+
+    def __init__(self, roots: dict[str, list[int]], port: int, interval: float = 0.5):
+        self.roots, self.port, self.interval = roots, port, interval
+        self.peak: dict[str, int] = {kind: 0 for kind in roots}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for kind, count in connections_to(self.roots, self.port).items():
+            self.peak[kind] = max(self.peak[kind], count)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakConnections:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
 def machine_cpu_seconds() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine since boot, all cores."""
     parts = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]

@@ -36,6 +36,12 @@ class Sizes:
     b6_b_messages: int = 500
     b6_delay_seconds: float = 2.0   # how much "later" project B queues
     b6_timeout: float = 60.0        # B's wait is reported as "> timeout" past this
+    b8_messages: int = 5_000        # UTILITY messages queued over b8_instances (more than a window can send)
+    b8_instances: int = 5
+    b8_seconds: float = 30.0        # the measured window of each run (the old pool would take hours for 5,000 at 3 s)
+    b8_latencies: str = "0.2,1,3"   # the simulator's latency fault, seconds
+    b8_pools: str = "prefork,threads"
+    b8_otp_rate: float = 10.0       # the OTP stream alongside, per second
     wait_timeout: float = 300.0     # any other wait (all SENT, all READ, all applied)
     profile_seconds: float = 5.0    # py-spy sampling window; 0 = no profiling
 
@@ -44,6 +50,7 @@ SMOKE = Sizes(
     runs=1, b1_runs=1, fleet=3, b4_instances=2, b6_runs=1, b1_seconds=2, b1_connections=4, b2_messages=20, b2_runs=1, b3_backlog=20, b3_otps=5, b3_warmup_otps=2,
     b3_otp_rate=20, b4_messages=20, b4_outage_seconds=2, b4_drain_timeout=60, b5_events=20, b5_runs=1,
     b6_backlog=20, b6_b_messages=5, b6_delay_seconds=0.2, b6_timeout=30, wait_timeout=60, profile_seconds=0,
+    b8_messages=200, b8_seconds=10, b8_latencies="1", b8_otp_rate=4,
 )
 
 

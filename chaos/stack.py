@@ -52,8 +52,9 @@ def start_simulator(log_name: str = "chaos-simulator") -> object:
     return SimulatorClient(f"http://127.0.0.1:{port}", process)
 
 
-def start_stack(web_workers: int = 2, worker_concurrency: int = 2) -> tuple[object, object, TcpProxy]:
-    """(stack, simulator client, proxy); the stack reaches Evolution through the proxy."""
+def start_stack(web_workers: int = 2) -> tuple[object, object, TcpProxy]:
+    """(stack, simulator client, proxy); the stack reaches Evolution through the proxy. Its lane
+    workers run as the Procfile's (pilot_status.lane_worker: LANE_WORKER_POOL, LANE_WORKER_CONCURRENCY*)."""
     from tests.support.processes import Stack
     from tests.support.simulator import SimulatorClient
 
@@ -61,7 +62,7 @@ def start_stack(web_workers: int = 2, worker_concurrency: int = 2) -> tuple[obje
     sim = start_simulator()
     parsed = urlparse(sim.base_url)  # type: ignore[attr-defined]
     proxy = TcpProxy(parsed.hostname or "127.0.0.1", parsed.port or 80).start()
-    stack = Stack(SimulatorClient(proxy.url), web_workers=web_workers, worker_concurrency=worker_concurrency)
+    stack = Stack(SimulatorClient(proxy.url), web_workers=web_workers)
     # The test stack gives up on a lock after 300 ms, so that a test's TRUNCATE never deadlocks with it;
     # nothing truncates under a chaos run, and a loaded host (a commit queued behind others, e.g. for the
     # NOTIFY lock, the likely wait; not confirmed) then answered a few sends 503. Chaos waits, as production.

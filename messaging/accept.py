@@ -51,6 +51,7 @@ from .models import (
     OutboxEntry,
     Priority,
     Project,
+    Typing,
 )
 from .representations import accepted_body
 
@@ -77,6 +78,7 @@ class SendRequest:
     deliver_until: datetime | None = None
     priority: str = Priority.NORMAL
     metadata: dict[str, Any] = field(default_factory=dict)
+    typing: str = Typing.AUTO
 
 
 class AnsweredBefore(Exception):
@@ -436,6 +438,7 @@ def _rows(asked: _Accepting, instance: Instance) -> tuple[list[Model], Idempoten
         environment=asked.environment,
         category=req.category,
         priority=req.priority,
+        typing=req.typing,
         to=req.to,
         template=req.template,
         variables=req.variables,

@@ -39,6 +39,13 @@ class Priority(models.TextChoices):
     URGENT = "urgent", "Urgent"
 
 
+class Typing(models.TextChoices):
+    """Whether the send shows "typing…" first (Evolution's `delay`; messaging.sending.typing_delay)."""
+
+    AUTO = "auto", "Human-like typing delay"
+    OFF = "off", "No typing delay"
+
+
 class Status(models.TextChoices):
     QUEUED = "QUEUED", "Queued"
     SENDING = "SENDING", "Sending"
@@ -283,6 +290,7 @@ class Message(models.Model):
     environment = models.CharField(max_length=4, choices=Environment.choices)
     category = models.CharField(max_length=10, choices=Category.choices)
     priority = models.CharField(max_length=6, choices=Priority.choices, default=Priority.NORMAL)
+    typing = models.CharField(max_length=4, choices=Typing.choices, default=Typing.AUTO)
     to = models.CharField(max_length=20)
     template = models.TextField()
     variables = models.JSONField(default=dict, blank=True)

@@ -9,14 +9,16 @@ event from a webhook or from the RabbitMQ consumer) first waits for it to close.
 looks again just before its call to Evolution; an event looks when it takes its lock, in the same
 round trip (ingestion.locks).
 
-Bounded on both sides: one wait lasts one window at most, and a process that has waited goes on
+Bounded on both sides: one wait lasts one window at most, and a thread that has waited goes on
 without looking for as long as it waited, so that OTP traffic however heavy slows the background by
-half at most and never stops it. Redis unreachable: the window counts as closed and opening it is skipped (both tried again a few seconds
+half at most and never stops it (per thread: a lane worker runs its sends on a pool of threads, and
+one thread's wait must not let the others skip theirs). Redis unreachable: the window counts as closed and opening it is skipped (both tried again a few seconds
 later, pilot_status.redis_backoff); an OTP never fails because of it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from django.conf import settings
@@ -35,7 +37,12 @@ def lane_waits(lane: str) -> bool:
 
 
 _redis = RedisBackoff("OTP window neither opened nor looked at")
-_no_look_until = 0.0  # this process waited lately: it does not look again before this (monotonic)
+# `no_look_until`: this thread waited lately and does not look again before then (monotonic).
+_waited = threading.local()
+
+
+def _no_look_until() -> float:
+    return float(getattr(_waited, "no_look_until", 0.0))
 
 
 def open_window() -> None:
@@ -52,7 +59,7 @@ def open_window() -> None:
 def window_to_look_at() -> str | None:
     """The window's Redis key when this process should look at it now; None when it should not (the
     window is off, this process waited lately, or Redis is away)."""
-    if settings.OTP_WINDOW_MS <= 0 or time.monotonic() < _no_look_until or not _redis.ready():
+    if settings.OTP_WINDOW_MS <= 0 or time.monotonic() < _no_look_until() or not _redis.ready():
         return None
     return KEY
 
@@ -76,18 +83,17 @@ def yield_to(left_ms: int | None, kind: str) -> float:
     there is none), then go on without looking for as long. Returns the seconds waited.
 
     For a look that rides on another Redis call (ingestion.locks takes an event's lock with it)."""
-    global _no_look_until
     if left_ms is None or left_ms <= 0:  # -2: no window; -1 cannot happen (always set with a TTL)
         return 0.0
     wait = min(int(left_ms), settings.OTP_WINDOW_MS) / 1000
     time.sleep(wait)
-    _no_look_until = time.monotonic() + wait
+    _waited.no_look_until = time.monotonic() + wait
     metrics.messages(f"otp_window:yielded:{kind}")
     return wait
 
 
 def reset_local() -> None:
     """Forget this process's state (tests)."""
-    global _no_look_until
+    global _waited
     _redis.reset()
-    _no_look_until = 0.0
+    _waited = threading.local()

@@ -41,6 +41,7 @@ def message_body(message: Message, events: list[MessageEvent] | None = None) -> 
         "failureDetail": message.failure_detail or None,
         "category": message.category,
         "priority": message.priority,
+        "typing": message.typing,
         "environment": message.environment,
         "to": message.to,
         "text": message.text,

@@ -100,6 +100,16 @@ def _drop_stale_connection(**kwargs: Any) -> None:
     close_old_connections()
 
 
+@task_postrun.connect
+def _give_back_pooled_connection(**kwargs: Any) -> None:
+    # A threads-pool lane worker shares a few connections among many threads (DATABASE_POOL_MAX_SIZE,
+    # issue 26): a thread done with its task gives its connection back, or idle threads would hold the
+    # whole pool. Without a pool (every other worker) nothing changes: the connection is reused.
+    from pilot_status.database import release_while_waiting
+
+    release_while_waiting()
+
+
 @task_prerun.connect
 def _start_heartbeat(task: Any = None, **kwargs: Any) -> None:
     if task is not None and task.name in BEAT_TASKS:

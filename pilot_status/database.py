@@ -57,3 +57,13 @@ def delete_in_batches(statement: str, params: dict[str, Any], batch: int, budget
         deleted += count
         if count < batch or time.monotonic() - started > budget_s:
             return deleted
+
+
+def release_while_waiting() -> None:
+    """About to wait on something slow (Evolution): give this thread's connection back to the process's
+    pool, so that a lane worker's connections are bounded by its pool, not by its threads (issue 26).
+    The next statement takes one again. Without a pool (every process but the threaded lane workers)
+    the connection stays, as it always did; inside a transaction nothing is released."""
+    db: Any = connections[DEFAULT_DB_ALIAS]
+    if db.connection is not None and not db.in_atomic_block and db.pool is not None:
+        db.close()

@@ -17,7 +17,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from . import production
-from messaging.sending.budget import lease_seconds_needed
+from messaging.sending.budget import DB_POOL_WAIT_SECONDS, lease_seconds_needed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -226,6 +226,18 @@ DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
 _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
 if _LOCK_TIMEOUT_MS:
     DATABASES["default"]["OPTIONS"]["options"] = f"-c lock_timeout={_LOCK_TIMEOUT_MS}"
+# A process whose threads spend most of their time waiting on something else (the lane workers: on
+# Evolution, issue 26) shares a pool of this many connections among them instead of one per thread,
+# and gives its connection back while it waits (pilot_status.database.release_while_waiting). 0 (the
+# default, and what every other process runs with): Django's persistent connection per thread.
+# pilot_status.lane_worker sets it for the threads pool (LANE_WORKER_DB_CONNECTIONS).
+DATABASE_POOL_MAX_SIZE = envint("DATABASE_POOL_MAX_SIZE", 0, minimum=0)
+if DATABASE_POOL_MAX_SIZE:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool and persistent connections exclude each other
+    # A thread waits at most this long for a free connection (the send lease counts it: sending.budget).
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": DB_POOL_WAIT_SECONDS,
+    }
 DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "test_pilot_status")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -269,8 +281,13 @@ EVOLUTION_RABBITMQ_EXCHANGE = envstr("EVOLUTION_RABBITMQ_EXCHANGE", "evolution_e
 EVOLUTION_RABBITMQ_PER_INSTANCE = envbool("EVOLUTION_RABBITMQ_PER_INSTANCE", False)
 EVOLUTION_CONNECT_TIMEOUT = envfloat("EVOLUTION_CONNECT_TIMEOUT", 3.0, above=0)
 EVOLUTION_READ_TIMEOUT = envfloat("EVOLUTION_READ_TIMEOUT", 15.0, above=0)
-# Human-like typing before each message, in ms per character, capped (seeds A, stage 3).
-TYPING_DELAY_MS_PER_CHAR = envint("TYPING_DELAY_MS_PER_CHAR", 0, minimum=0)
+# Human-like typing before each message (seeds A, stage 3; messaging.sending.typing_delay): ms per character
+# of the text (UTILITY, MARKETING), a short fixed delay for an OTP, ± a jitter, and a cap that nothing
+# passes (the send lease counts on it). 0 per character / for OTPs turns that part off; a message's
+# own `typing: "off"` turns it off for that message.
+TYPING_DELAY_MS_PER_CHAR = envint("TYPING_DELAY_MS_PER_CHAR", 30, minimum=0)
+TYPING_DELAY_OTP_MS = envint("TYPING_DELAY_OTP_MS", 300, minimum=0)
+TYPING_DELAY_JITTER = envfloat("TYPING_DELAY_JITTER", 0.2, minimum=0, at_most=1)
 TYPING_DELAY_MAX_MS = envint("TYPING_DELAY_MAX_MS", 3000, minimum=0)
 
 INTERNAL_WEBHOOK_SECRET = envsecret(

@@ -90,6 +90,10 @@ _pilot_env() {
         _pilot_default EVOLUTION_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp/pilot_test"
         # the simulator's own tests (tests/simulator/conftest.py) default to port 56720
         _pilot_default SIMULATOR_TEST_RABBITMQ_URL "amqp://guest:guest@127.0.0.1:$amqp/"
+        # The typing delay (on by default: messaging/sending/typing_delay.py) is off in tests, so that a
+        # test's timings are its own; tests/messaging/test_typing.py turns it on where it is the subject.
+        _pilot_default TYPING_DELAY_MS_PER_CHAR 0
+        _pilot_default TYPING_DELAY_OTP_MS 0
     else
         _pilot_load_dotenv "$_pilot_root/.env"
     fi

@@ -304,7 +304,8 @@ async def stats(request: web.Request) -> web.StreamResponse:
     s = world.stats
     rabbit = request.app[RABBIT]
     return reply(200, {
-        "send_text": {"total": s.send_total, "by_status": dict(s.send_by_status)},
+        "send_text": {"total": s.send_total, "by_status": dict(s.send_by_status),
+                      "in_flight": s.send_in_flight, "max_in_flight": s.send_in_flight_max},
         "webhook": {"posted": s.wh_posted, "ok": s.wh_ok, "failed": s.wh_failed, "dropped": s.wh_dropped,
                     "duplicated": s.wh_duplicated, "retried": s.wh_retried,
                     "in_flight": len(request.app[WEBHOOKS].tasks)},

@@ -11,7 +11,7 @@ from .ids import digits_of
 
 _RATES = ("error_rate", "hang_rate", "webhook_drop_rate", "webhook_duplicate_rate",
           "rabbitmq_drop_rate", "rabbitmq_duplicate_rate", "lose_answer_before_rate", "lose_answer_after_rate")
-_NUMBERS = ("latency_ms", "hang_ms")
+_NUMBERS = ("latency_ms", "send_latency_ms", "hang_ms")
 
 
 @dataclass(slots=True)
@@ -21,6 +21,9 @@ class Faults:
     error_body: Any = None
     error_sequence: list[int] = field(default_factory=list)
     latency_ms: float = 0.0
+    # sendText only, once the message is on its way: real Evolution answers it when WhatsApp took the
+    # message (0.3-3 s), while connectionState and the chat look-ups answer from memory at once.
+    send_latency_ms: float = 0.0
     hang_rate: float = 0.0
     hang_ms: float = 60000.0
     hang_after_send: bool = False

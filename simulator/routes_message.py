@@ -26,10 +26,14 @@ async def send_text(request: web.Request) -> web.StreamResponse:
                               # True once the message reached WhatsApp (whatever the caller hears).
                               "reached": False, "answer_lost": None}
     world.sends.append(record)
+    stats = world.stats  # a reset meanwhile swaps world.stats: finish on the object this call started on
+    stats.send_started()
     try:
         response = await _send_text(request, record)
     except Halt as halt:
         response = halt.response
+    finally:
+        stats.send_finished()
     record["status"] = response.status
     world.stats.count_send(response.status)
     inst = world.instances.get(record["instance"])
@@ -79,6 +83,8 @@ async def _send_text(request: web.Request, record: dict[str, Any]) -> web.Stream
         if inst.state != "open" or inst.deleted:
             # The socket died while "typing": caught inside sendMessageWithTyping's try.
             return errors.bad_request("Error: Connection Closed")
+    if faults.send_latency_ms:
+        await asyncio.sleep(faults.send_latency_ms / 1000)  # WhatsApp taking the message
     msg = whatsapp.send_text(inst, jid, text)
     record["id"] = msg.response["key"]["id"]
     record["reached"] = True

@@ -155,6 +155,10 @@ class Stats:
     started: float = field(default_factory=time.monotonic)
     send_total: int = 0
     send_by_status: dict[str, int] = field(default_factory=dict)
+    # sendText calls being answered right now, and the most there ever were at once: how much
+    # concurrency a slow gateway really saw from the workers (issue 26), counted where it happens.
+    send_in_flight: int = 0
+    send_in_flight_max: int = 0
     wh_posted: int = 0
     wh_ok: int = 0
     wh_failed: int = 0
@@ -165,6 +169,13 @@ class Stats:
     rmq_dropped: int = 0
     rmq_duplicated: int = 0
     rmq_failed: int = 0
+
+    def send_started(self) -> None:
+        self.send_in_flight += 1
+        self.send_in_flight_max = max(self.send_in_flight_max, self.send_in_flight)
+
+    def send_finished(self) -> None:
+        self.send_in_flight = max(0, self.send_in_flight - 1)
 
     def count_send(self, status: int) -> None:
         self.send_total += 1

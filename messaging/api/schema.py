@@ -67,6 +67,7 @@ _MESSAGE_FIELDS: dict[str, Any] = {
     "failureDetail": serializers.CharField(allow_null=True),
     "category": serializers.CharField(),
     "priority": serializers.CharField(),
+    "typing": serializers.ChoiceField(choices=["auto", "off"], help_text="Whether the send shows \"typing…\" first"),
     "environment": serializers.CharField(),
     "to": serializers.CharField(),
     "text": serializers.CharField(),

@@ -5,7 +5,8 @@ shorter than this at start-up). A claim does one of two things, never both under
 (sending.worker renews the lease after a check):
 - a **send**: connectionState (routing, when the cached state is stale), the OTP window (at most two
   windows), the send slot's sleep (at most SEND_SLOT_MAX_WAIT), then sendText (connect + read
-  timeout + the typing delay Evolution waits before answering);
+  timeout + the typing delay Evolution waits before answering), then, in a threads-pool lane worker
+  that gave its connection back for the call, the wait for a free one (at most DB_POOL_WAIT);
 - a **check** of a lost answer (sending.evidence): whatsappNumbers, then findMessages for each form
   of the recipient's jid (at most CHECK_JIDS), each call at most connect + CHECK_READ_TIMEOUT.
 """
@@ -20,13 +21,16 @@ CHECK_READ_TIMEOUT = 5.0
 CHECK_JIDS = 3
 # A send slot further away than this puts the message back instead of sleeping (sending.pacing).
 SEND_SLOT_MAX_WAIT = 2.0
+# How long a thread waits for a free connection of its process's pool (settings: DATABASE_POOL_MAX_SIZE).
+DB_POOL_WAIT_SECONDS = 5.0
 # Database round trips, Redis, a slow commit: what the arithmetic above does not count.
 LEASE_MARGIN_SECONDS = 10.0
 
 
 def send_seconds(connect: float, read: float, typing_max_ms: int, otp_window_ms: int) -> float:
     look_up = connect + CHECK_READ_TIMEOUT
-    return look_up + 2 * otp_window_ms / 1000 + SEND_SLOT_MAX_WAIT + connect + read + typing_max_ms / 1000
+    return (look_up + 2 * otp_window_ms / 1000 + SEND_SLOT_MAX_WAIT + connect + read + typing_max_ms / 1000
+            + DB_POOL_WAIT_SECONDS)
 
 
 def check_seconds(connect: float) -> float:

@@ -16,11 +16,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pilot_status import metrics
-from pilot_status.database import checking_connection
+from pilot_status.database import checking_connection, release_while_waiting
 
 from .. import lifecycle, otp_window, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
-from . import backoff, breaker, budget, evidence, gateway, instance_state, pacing, routing
+from . import backoff, breaker, budget, evidence, gateway, instance_state, pacing, routing, typing_delay
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,6 @@ def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
     return None if message is None else (message, token)
 
 
-def typing_delay_ms(text: str) -> int:
-    return min(len(text) * settings.TYPING_DELAY_MS_PER_CHAR, settings.TYPING_DELAY_MAX_MS)
-
-
 def send_one(message_id: str) -> str:
     claimed = claim(message_id)
     if claimed is None:
@@ -107,7 +103,8 @@ def send_one(message_id: str) -> str:
     if not take_send_slot(message, token, route):
         return "held"
     started = timezone.now()
-    outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay_ms(message.text))
+    release_while_waiting()  # the call can take seconds (latency + typing): its connection serves others meanwhile
+    outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message))
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
         done = apply_outcome(message, token, instance, outcome, started)
@@ -133,6 +130,7 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
         )
         return False
     if wait:
+        release_while_waiting()
         time.sleep(wait)
     return True
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
 
 
 def _is_figure(value: object) -> bool:
@@ -55,6 +55,10 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     assert sc["B4"]["drained"] is True and isinstance(sc["B4"]["attempts_consumed_during_outage"], int)
     assert sc["B5"]["correct"] is True and _is_figure(sc["B5"]["rate"]["median"])
     assert all(r["all_sent"] for r in sc["B6"]["alone"]["runs"] + sc["B6"]["behind"]["runs"])
+    b8 = sc["B8"]["runs"]  # each pool at each latency, side by side
+    assert sorted({r["pool"] for r in b8}) == ["prefork", "threads"]
+    assert all(_is_figure(r["throughput_per_s"]) and isinstance(r["max_in_flight"], int) for r in b8)
+    assert all(set(r["peak_db_connections"]) >= {"worker", "web"} and r["peak_rss_mb"]["worker"] > 0 for r in b8)
     report = out.read_text()
     for row in (*SCENARIOS, "M"):
         assert f"| {row} |" in report

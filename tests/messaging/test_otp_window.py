@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -63,6 +64,24 @@ def test_a_process_that_waited_goes_on_for_as_long_before_it_looks_again(db, set
     otp_window.open_window()
     assert otp_window.wait_for_window("consumer") > 0  # it looks again, and waits for the window
     assert yielded("consumer") == 2
+
+
+def test_a_thread_that_waited_does_not_let_the_other_threads_of_its_process_skip_the_window(db, settings):
+    # Lane workers run their sends on a pool of threads (issue 26): "goes on without looking" is per
+    # thread, as it was per prefork process, or one wait would let the other 31 threads skip theirs.
+    settings.OTP_WINDOW_MS = 100
+    otp_window.open_window()
+    assert otp_window.wait_for_window("send:utility") > 0
+    otp_window.open_window()
+    assert otp_window.wait_for_window("send:utility") == 0.0  # this thread: within its time off
+
+    waited: list[float] = []
+    other = threading.Thread(target=lambda: waited.append(otp_window.wait_for_window("send:utility")))
+    other.start()
+    other.join()
+
+    assert waited[0] > 0  # another thread still looks, and waits
+    assert yielded("send:utility") == 2
 
 
 def test_zero_turns_the_window_off(db, settings):

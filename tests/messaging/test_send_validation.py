@@ -58,6 +58,9 @@ PLAIN = [
     body(text="{{name}}", variables={"name": "n" * MAX_VARIABLE_VALUE_LENGTH, **{f"v{i}": i for i in range(MAX_VARIABLES - 1)}}),
     body(variables={"name": "Ana", "n" * MAX_VARIABLE_NAME_LENGTH: 1}),
     body(to="+55 (11) 98888-7777" + " " * 13),
+    body(typing="off"),
+    body(typing="auto", category="OTP", text="Code {{ code }}", variables={"code": 1}),
+    body(typing=None),
 ]
 
 # Bodies the serializer refuses: the plain path must decline them, so that the answer is the serializer's
@@ -116,6 +119,11 @@ DECLINED = [
     body(to="+55" + " " * 30 + "11988887777"),  # a valid number, written longer than MAX_PHONE_LENGTH
     body(text=4096.5),
     body(instance=1.5),
+    body(typing="OFF"),
+    body(typing=""),
+    body(typing=0),
+    body(typing=False),
+    body(typing=["off"]),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -135,6 +136,30 @@ def test_bad_control_input_is_rejected(sim: Simulator) -> None:
     assert response.status_code == 400 and "error_rate" in response.json()["error"]
     response = sim.http.post(f"{sim.url}/_control/instances/x", json={"stat": "open"})
     assert response.status_code == 400 and "stat" in response.json()["error"]
+
+
+def test_stats_count_the_most_send_text_calls_in_flight_at_once(sim: Simulator, inst: Json) -> None:
+    # A slow gateway (latency fault) answering four calls made together: all four wait at once.
+    sim.instance("my-instance", faults={"latency_ms": 300})
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda i: sim.send_text("my-instance", text=f"in flight {i}"), range(4)))
+    assert [a.status_code for a in answers] == [201] * 4
+    counted = sim.stats()["send_text"]
+    assert counted["max_in_flight"] == 4 and counted["in_flight"] == 0
+    sim.send_text("my-instance")  # one at a time: the peak stays
+    assert sim.stats()["send_text"]["max_in_flight"] == 4
+    sim.control("reset")
+    assert sim.stats()["send_text"]["max_in_flight"] == 0
+
+
+def test_send_latency_slows_send_text_only(sim: Simulator, inst: Json) -> None:
+    sim.instance("my-instance", faults={"send_latency_ms": 400})
+    started = time.monotonic()
+    assert sim.send_text("my-instance").status_code == 201
+    assert time.monotonic() - started >= 0.4
+    started = time.monotonic()
+    assert sim.call("GET", "/instance/connectionState/my-instance").status_code == 200
+    assert time.monotonic() - started < 0.3
 
 
 def test_stats_and_reset(sim: Simulator, inst: Json) -> None:

@@ -141,4 +141,4 @@ def test_every_request_is_logged_with_its_answer(sim: Simulator, inst: Json) -> 
     assert [(s["status"], s["id"]) for s in sends] == [(201, created["key"]["id"]), (401, None)]
     assert sends[0]["number"] == "+55 11 99999-9999" and sends[0]["text"] == "Olá! Seu pedido #123 foi confirmado."
     assert [s["status"] for s in sim.sends(number="5511999999999")] == [201, 401]
-    assert sim.stats()["send_text"] == {"total": 2, "by_status": {"201": 1, "401": 1}}
+    assert sim.stats()["send_text"] == {"total": 2, "by_status": {"201": 1, "401": 1}, "in_flight": 0, "max_in_flight": 1}

@@ -13,6 +13,9 @@ from urllib.parse import urlparse, urlunparse
 
 from django.conf import settings
 
+from pilot_status.lane_worker import LaneWorker
+from pilot_status.lane_worker import settings_for as lane_worker_settings
+
 from .simulator import SimulatorClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +124,7 @@ class Stack:
     the Procfile's `web` and `webhook` pools; only the routing differs, the app is the same.
     """
 
-    def __init__(self, simulator: SimulatorClient, web_workers: int = 2, worker_concurrency: int = 2):
+    def __init__(self, simulator: SimulatorClient, web_workers: int = 2):
         self.simulator = simulator
         self.port = free_port()
         self.web_url = f"http://127.0.0.1:{self.port}"
@@ -141,7 +144,6 @@ class Stack:
             }
         )
         self.web_workers = web_workers
-        self.worker_concurrency = worker_concurrency
         self.processes: dict[str, Process] = {}
 
     def _web(self) -> Process:
@@ -158,13 +160,16 @@ class Stack:
     def _consumer(self) -> Process:
         return Process("consumer", [sys.executable, "manage.py", "run_consumer"], self.env)
 
+    def lane_worker(self, lane: str) -> LaneWorker:
+        """The pool and concurrency a lane's worker runs with: the Procfile's (pilot_status.lane_worker)."""
+        return lane_worker_settings(lane, self.env)
+
     def _worker(self, lane: str) -> Process:
+        worker = self.lane_worker(lane)
         return Process(
             f"worker-{lane}",
-            [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", lane, "-n", f"{lane}@test",
-             "-c", str(self.worker_concurrency), "--prefetch-multiplier", "1", "-O", "fair", "--without-gossip",
-             "--without-mingle", "--without-heartbeat", "-l", "info"],
-            self.env,
+            [sys.executable, "-m", "celery", *worker.celery_args(hostname=f"{lane}@test")],
+            {**self.env, **worker.env()},
         )
 
     def _maintenance_worker(self, queue: str, env: dict[str, str]) -> Process:

@@ -1,0 +1,123 @@
+"""B8: throughput against a gateway that answers slowly, with typing on, per lane worker pool (issue 26).
+
+Real Evolution answers sendText only once WhatsApp took the message (0.3-3 s), after the typing delay
+it was asked to show. Five of A's instances at the default pacing get UTILITY messages with a
+realistic text (about 2.4 s of typing), the simulator answering every sendText after 0.2 s, 1 s and
+3 s (its `send_latency_ms` fault: the time WhatsApp takes; connectionState stays fast, as Evolution's is), while an OTP stream of 10/s runs alongside through the API. Each latency is
+measured with the old prefork pool and with the threads pool in the same run.
+
+Per run, over a fixed window after the backlog is queued:
+- throughput: UTILITY messages SENT per second once the first sends could be back (after latency +
+  the longest typing + 1 s), to the end of the window, against the sum of the five pacing caps
+  (target: >= 0.8 x that sum, or the CPU ceiling where lower);
+- OTP p99 accept -> SENT, against latency + the OTP's longest typing delay + 250 ms;
+- the most sendText calls in flight at once (the simulator's gauge), peak RSS and peak Postgres
+  connections per process kind.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from ..backlog import bulk_accept, live_key
+from ..context import Context, cpu_summary
+from ..procstats import PeakConnections, Sampler
+from ..stats import percentile
+from .b3_otp_latency import otp_stream
+
+# About 2 s of typing at the default 30 ms per character.
+TEXT = "Your order {{n}} has shipped and should arrive within two to three business days."
+TYPING_ON = {"TYPING_DELAY_MS_PER_CHAR": "30", "TYPING_DELAY_OTP_MS": "300", "TYPING_DELAY_JITTER": "0.2"}
+
+
+def _pacing_caps(instances: int) -> float:
+    from django.conf import settings
+
+    from messaging.sending import pacing
+
+    return instances * pacing.rate_for(None) if settings.SEND_RATE_PER_INSTANCE else float("nan")
+
+
+def _otp_typing_max_ms() -> float:
+    return float(TYPING_ON["TYPING_DELAY_OTP_MS"]) * (1 + float(TYPING_ON["TYPING_DELAY_JITTER"]))
+
+
+def one_run(ctx: Context, latency_s: float, pool: str) -> dict[str, Any]:
+    from django.conf import settings
+    from django.utils import timezone
+
+    from messaging.models import Message
+
+    sizes = ctx.sizes
+    ctx.fresh()
+    instances = ctx.world.fleet[: sizes.b8_instances]
+    for instance in (*instances, ctx.world.official):
+        ctx.sim.configure(instance.name, faults={"send_latency_ms": latency_s * 1000})
+    port = int(settings.DATABASES["default"].get("PORT") or 5432)
+    otp_ids: list[str] = []
+    window = sizes.b8_seconds
+    with Sampler(ctx.roots()) as rss, PeakConnections(ctx.roots(), port) as conns, ctx.cpu() as meter:
+        started = time.monotonic()
+        bulk_accept(ctx.world.a.project, live_key(ctx.world.a.project), ctx.world.a.recipients, sizes.b8_messages,
+                    "UTILITY", text=TEXT, instances=[i.name for i in instances])
+        queued_at = timezone.now()
+        stream = threading.Thread(
+            target=lambda: otp_ids.extend(otp_stream(ctx, int(sizes.b8_otp_rate * window), sizes.b8_otp_rate)),
+            daemon=True,
+        )
+        stream.start()
+        time.sleep(max(0.0, window - (time.monotonic() - started)))
+        # Steady state only: the first sends cannot be back before latency + typing.
+        ramp_end = queued_at + timedelta(seconds=latency_s + settings.TYPING_DELAY_MAX_MS / 1000 + 1)
+        until = timezone.now()
+        sent = Message.objects.filter(category="UTILITY", sent_at__gte=ramp_end, sent_at__lte=until).count()
+        elapsed = (until - ramp_end).total_seconds()
+        stream.join(timeout=60)
+        # The stream's last OTPs get their latency plus typing to be sent before they are judged.
+        time.sleep(latency_s + 1)
+    rows = Message.objects.filter(pk__in=otp_ids).values_list("created_at", "sent_at")
+    otp_ms = [(s - c).total_seconds() * 1000 if s else float("inf") for c, s in rows]
+    caps = _pacing_caps(len(instances))
+    throughput = sent / elapsed if elapsed > 0 else 0.0
+    otp_target = latency_s * 1000 + _otp_typing_max_ms() + 250
+    return {
+        "pool": pool, "latency_s": latency_s, "measured_s": round(elapsed, 1), "utility_sent": sent,
+        "throughput_per_s": round(throughput, 1), "pacing_caps_per_s": caps,
+        "share_of_caps": round(throughput / caps, 2) if caps else None,
+        "max_in_flight": ctx.sim.stats()["send_text"].get("max_in_flight"),
+        "otps": len(otp_ms), "otp_p50_ms": percentile(otp_ms, 50), "otp_p99_ms": percentile(otp_ms, 99),
+        "otp_target_ms": round(otp_target), "otp_met": percentile(otp_ms, 99) <= otp_target,
+        "throughput_met": throughput >= 0.8 * caps,
+        "peak_rss_mb": {kind: round(mb, 1) for kind, mb in rss.peak.items()},
+        "peak_db_connections": dict(conns.peak),
+        "cpu": cpu_summary(meter),
+    }
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    sizes = ctx.sizes
+    latencies = [float(x) for x in str(sizes.b8_latencies).split(",") if x.strip()]
+    pools = [p.strip() for p in str(sizes.b8_pools).split(",") if p.strip()]
+    runs: list[dict[str, Any]] = []
+    try:
+        for pool in pools:
+            ctx.stack.restart_lane_workers(pool, TYPING_ON)
+            for latency in latencies:
+                result = one_run(ctx, latency, pool)
+                runs.append(result)
+                ctx.log(f"  B8 {pool} at {latency} s: {result['throughput_per_s']}/s "
+                        f"({result['share_of_caps']} of the caps' {result['pacing_caps_per_s']}/s), "
+                        f"{result['max_in_flight']} in flight at most, OTP p99 {result['otp_p99_ms']:.0f} ms "
+                        f"(target {result['otp_target_ms']}), db connections {result['peak_db_connections']}")
+    finally:
+        ctx.stack.restart_lane_workers()  # as the stack started them: the other scenarios run without typing
+        ctx.fresh()
+    threads = [r for r in runs if r["pool"] == "threads"]
+    return {
+        "messages": sizes.b8_messages, "instances": sizes.b8_instances, "window_s": sizes.b8_seconds,
+        "otp_rate": sizes.b8_otp_rate, "typing": TYPING_ON, "text_chars": len(TEXT), "runs": runs,
+        "met": bool(threads) and all(r["throughput_met"] and r["otp_met"] for r in threads),
+    }

@@ -1,0 +1,52 @@
+"""Issue 26: a send that waits on Evolution must not hold a worker.
+
+Real Evolution answers sendText only once WhatsApp took the message (0.3-3 s, more with a typing
+delay). On the real stack, against a simulator instance that answers after 1 s, the lane's calls
+overlap: many more are in flight at once than the lane has processes, counted at the simulator
+(its max-in-flight gauge), so throughput is bounded by the instance's pacing, not by cores.
+"""
+
+from __future__ import annotations
+
+import requests
+
+from messaging import opt_ins
+from messaging.models import Message
+from tests.support.processes import lane_worker_settings
+from tests.support.simulator import wait_until
+
+RECIPIENT = "+5511988887777"
+MESSAGES = 40
+SENT_OR_LATER = ("SENT", "SERVER_ACK", "DELIVERED", "READ")
+
+
+def test_a_slow_gateway_gets_many_more_sends_in_flight_than_the_lane_has_processes(
+    stack, simulator, alice, alice_instance
+):
+    simulator.register(alice_instance, stack.webhook_url)
+    simulator.faults(alice_instance.name, latency_ms=1000)
+    opt_ins.record(alice.project, RECIPIENT, "form")
+
+    ids = []
+    with requests.Session() as http:
+        for n in range(MESSAGES):
+            response = http.post(
+                f"{stack.web_url}/v1/messages/send",
+                json={"to": RECIPIENT, "category": "UTILITY", "text": f"Order {n} shipped"},
+                headers={"Authorization": f"Bearer {alice.live_key}"},
+                timeout=10,
+            )
+            assert response.status_code == 202, response.text
+            ids.append(response.json()["id"])
+
+    wait_until(
+        lambda: Message.objects.filter(pk__in=ids, status__in=SENT_OR_LATER).count() == MESSAGES,
+        timeout=90, interval=0.5, message="all 40 SENT",
+    )
+    counted = simulator.stats()["send_text"]
+    assert counted["total"] == MESSAGES  # each once: nothing sent twice for the concurrency
+    processes = 1  # the stack starts one Celery worker process per lane...
+    prefork_children = 2  # ...which used to fork two children, one blocked HTTP call each
+    assert counted["max_in_flight"] > max(processes, prefork_children) * 4, counted
+    # The lane's pool is what bounds it: at most its concurrency in flight at once.
+    assert counted["max_in_flight"] <= lane_worker_settings("utility").concurrency, counted
