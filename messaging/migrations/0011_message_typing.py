@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('messaging', '0009_event_kinds_sync_stopped_and_checked'),
+        ('messaging', '0010_status_order_trigger'),
     ]
 
     operations = [

@@ -279,6 +279,8 @@ def heartbeat_name(command: list[str]) -> str:
         return "worker:" + command[command.index("-Q") + 1]
     if command[:4] == ["celery", "-A", "pilot_status", "beat"]:
         return "beat"
+    if command[:3] == ["python", "-m", "pilot_status.lane_worker"]:  # a Celery worker on that lane's queue
+        return "worker:" + command[3]
     raise AssertionError(f"not a long-running process: {command}")
 
 
