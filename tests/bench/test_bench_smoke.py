@@ -14,8 +14,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
+
+# A whole harness run in a subprocess (its own stack, at smoke sizes): about 2.5 minutes on an idle 2-core
+# machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
+# running on the test broker, where they take the next stack tests' tasks; the subprocess's own timeout
+# (below) is the bound.
+pytestmark = pytest.mark.timeout(960)
 
 
 def _is_figure(value: object) -> bool:

@@ -24,6 +24,12 @@ SUBSET = ("S6", "S7")
 # Smaller than --smoke's own sizes: this file only has to keep the two rows working.
 TINY = ("s6_requests=150", "s6_warmup=60", "s7_examples=8", "s7_budget_s=90")
 
+# A whole harness run in a subprocess (its own stack, at smoke sizes): about 2.5 minutes on an idle 2-core
+# machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
+# running on the test broker, where they take the next stack tests' tasks; the subprocess's own timeout
+# (below) is the bound.
+pytestmark = pytest.mark.timeout(960)
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:

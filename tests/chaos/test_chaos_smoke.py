@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # service stop, SIGKILL, web restart, gateway, lost answers, and every abuse row
 SUBSET = ("R1", "R4", "R5", "R6", "R8", "S1", "S2", "S3", "S4", "S5")
 
+# A whole harness run in a subprocess (its own stack, at smoke sizes): about 2.5 minutes on an idle 2-core
+# machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
+# running on the test broker, where they take the next stack tests' tasks; the subprocess's own timeout
+# (below) is the bound.
+pytestmark = pytest.mark.timeout(960)
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
