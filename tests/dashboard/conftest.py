@@ -53,9 +53,11 @@ def browser_page(chromium: Any) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def maintenance_worker(stack_process: Any) -> Iterator[Process]:
     """The Celery worker of the `bulk` queue (bulk resend jobs), on the test database."""
+    # Its own node name and log: the beat test's stack starts a `bulk@test` of its own while this
+    # session-scoped worker still runs, and two workers of one name cannot share a pidbox queue.
     worker = Process(
-        "worker-bulk",
-        [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", "bulk", "-n", "bulk@test",
+        "worker-bulk-dashboard",
+        [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", "bulk", "-n", "bulk@dashboard-test",
          "-c", "1", "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "--without-heartbeat",
          "-l", "info"],
         stack_process.env,
