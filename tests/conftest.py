@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 
 from messaging import operators
 from messaging.models import Instance, Project
+from tests.support.private_redis import PrivateRedis
 from tests.support.processes import Stack, start_simulator
 from tests.support.simulator import SimulatorClient
 
@@ -130,6 +131,25 @@ def stack(stack_process: Stack, transactional_db: Any, simulator: SimulatorClien
     # Let in-flight work settle before the database is flushed: a TRUNCATE racing the relay's
     # or a worker's transaction can deadlock.
     stack_process.wait_until_quiet()
+
+
+@pytest.fixture
+def private_redis(settings: Any) -> Iterator[PrivateRedis]:
+    """A Redis of the test's own, as the cache (the rate limiters' buckets), that it may stop."""
+    from messaging.api import throttling
+
+    redis = PrivateRedis().start()
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": redis.url,
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
+        }
+    }
+    throttling._script = None
+    yield redis
+    redis.cleanup()
+    throttling._script = None
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,6 @@ from ingestion.models import IngestionEvent
 from messaging.api import throttling
 from tests.conftest import add_instance
 from tests.ingestion.helpers import URL, counter, receipt, token_header
-from tests.support.private_redis import PrivateRedis
 
 
 @pytest.fixture
@@ -69,22 +68,6 @@ def test_the_default_is_far_above_what_the_bench_pushes_through_one_instance(set
     # receipts over a fleet; the limit is for a runaway or hostile sender, not for load.
     assert settings.WEBHOOK_RATE_PER_INSTANCE >= 1_000
     assert settings.WEBHOOK_RATE_BURST >= 2_000
-
-
-@pytest.fixture
-def private_redis(settings):
-    redis = PrivateRedis().start()
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": redis.url,
-            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
-        }
-    }
-    throttling._script = None
-    yield redis
-    redis.cleanup()
-    throttling._script = None
 
 
 def test_the_bucket_is_shared_through_redis(private_redis, limited, alice_instance):

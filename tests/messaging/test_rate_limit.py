@@ -9,26 +9,9 @@ import pytest
 from messaging import opt_ins
 from messaging.api import throttling
 from messaging.models import Message
-from tests.support.private_redis import PrivateRedis
 
 URL = "/v1/messages/send"
 BODY = {"to": "+5511988887777", "category": "UTILITY", "text": "hi"}
-
-
-@pytest.fixture
-def private_redis(settings):
-    redis = PrivateRedis().start()
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": redis.url,
-            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
-        }
-    }
-    throttling._script = None
-    yield redis
-    redis.cleanup()
-    throttling._script = None
 
 
 @pytest.fixture
