@@ -10,7 +10,6 @@ import pytest
 from django.test import Client
 
 from ingestion.models import IngestionEvent
-from messaging.api import throttling
 from tests.conftest import add_instance
 from tests.ingestion.helpers import URL, counter, receipt, token_header
 
