@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Self
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -118,25 +119,24 @@ def connections_to(roots: dict[str, list[int]], port: int) -> dict[str, int]:
             for kind, pids in roots.items()}
 
 
-class PeakConnections:
-    """Samples connections_to in a background thread; keeps each kind's peak."""
+class _PeakSampler:
+    """Calls _sample() every `interval` seconds in a background thread, and once more at the end;
+    the subclass keeps each kind's peak in `self.peak`."""
 
-    def __init__(self, roots: dict[str, list[int]], port: int, interval: float = 0.5):
-        self.roots, self.port, self.interval = roots, port, interval
-        self.peak: dict[str, int] = {kind: 0 for kind in roots}
+    def __init__(self, interval: float):
+        self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
-        for kind, count in connections_to(self.roots, self.port).items():
-            self.peak[kind] = max(self.peak[kind], count)
+        raise NotImplementedError
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._sample()
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> PeakConnections:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -144,6 +144,19 @@ class PeakConnections:
         self._stop.set()
         self._thread.join()
         self._sample()
+
+
+class PeakConnections(_PeakSampler):
+    """Samples connections_to in a background thread; keeps each kind's peak."""
+
+    def __init__(self, roots: dict[str, list[int]], port: int, interval: float = 0.5):
+        super().__init__(interval)
+        self.roots, self.port = roots, port
+        self.peak: dict[str, int] = {kind: 0 for kind in roots}
+
+    def _sample(self) -> None:
+        for kind, count in connections_to(self.roots, self.port).items():
+            self.peak[kind] = max(self.peak[kind], count)
 
 
 def machine_cpu_seconds() -> tuple[float, float]:
@@ -154,35 +167,19 @@ def machine_cpu_seconds() -> tuple[float, float]:
     return (total - idle) / TICKS, total / TICKS
 
 
-class Sampler:
+class Sampler(_PeakSampler):
     """Samples the RSS of every process of each kind in a background thread; keeps the peak."""
 
     def __init__(self, roots: dict[str, list[int]], interval: float = 0.5):
+        super().__init__(interval)
         self.roots = roots
-        self.interval = interval
         self.peak: dict[str, float] = {kind: 0.0 for kind in roots}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
         for kind, pids in self.roots.items():
             for root in pids:
                 for pid in tree(root):
                     self.peak[kind] = max(self.peak[kind], rss_mb(pid))
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
 
 
 class CpuMeter:
