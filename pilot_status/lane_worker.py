@@ -12,11 +12,12 @@ others, and the lane's concurrency is set from what it waits on, not from cores.
 
 How many threads: one instance keeps at most `rate × (latency + typing) + burst` calls in flight
 (its send slot meters the calls: sending.pacing), 20/s × (1 s + 2.4 s of typing) + 10 ≈ 78 at the
-defaults for a 80-character text, and a lane process sends at most `threads / (latency + typing)`
-per second. So utility and marketing run 128 threads (about 38 sends/s at 1 s + 2.4 s, a bit under
-two instances at their full cap; run more lane processes for more), otp 32 (an OTP types 0.3 s: 32
-OTPs at once at 1 s). A waiting thread costs memory (its stack, a keep-alive socket to Evolution),
-not CPU.
+defaults for an 80-character text, and a lane process sends at most `threads / (latency + typing)`
+per second. So utility and marketing run 384 threads: five instances at their full cap (100/s) at
+up to about 0.4 s of latency, or 113/s at 1 s, which is above what two cores can drive anyway (bench
+B8 measures that ceiling); run more lane processes, on more machines, for more. otp runs 64: an OTP
+types 0.3 s, so 64 threads carry a 19 OTP/s stream even at 3 s of latency. A waiting thread costs
+memory (its stack, a keep-alive socket to Evolution), not CPU; B8 reports the peak RSS.
 
 Database connections do not grow with the threads: a threads-pool worker shares a pool of
 `LANE_WORKER_DB_CONNECTIONS` (8) Postgres connections among them (Django's psycopg pool, set through
@@ -44,13 +45,13 @@ from dataclasses import dataclass
 LANES = ("otp", "utility", "marketing")
 POOLS = ("threads", "prefork")
 DEFAULT_POOL = "threads"
-DEFAULT_CONCURRENCY = {"threads": {"otp": 32, "utility": 128, "marketing": 128},
+DEFAULT_CONCURRENCY = {"threads": {"otp": 64, "utility": 384, "marketing": 384},
                        "prefork": {"otp": 2, "utility": 2, "marketing": 2}}
 # Postgres connections a threads-pool lane worker shares among its threads (DATABASE_POOL_MAX_SIZE).
 DEFAULT_DB_CONNECTIONS = 8
 MAX_DB_CONNECTIONS = 64
-# A thread more is a Postgres connection more: a number above this is a typo, not a plan.
-MAX_CONCURRENCY = 256
+# Threads share the pool's connections, so a thread costs memory only; a number above this is a typo, not a plan.
+MAX_CONCURRENCY = 1024
 USAGE = "usage: python -m pilot_status.lane_worker {otp,utility,marketing} [extra celery worker args]"
 
 

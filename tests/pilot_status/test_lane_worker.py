@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_by_default_the_lanes_run_threads_sized_for_their_wait_on_evolution():
     workers = {lane: settings_for(lane, {}) for lane in LANES}
     assert {w.pool for w in workers.values()} == {"threads"}
-    assert {lane: w.concurrency for lane, w in workers.items()} == {"otp": 32, "utility": 128, "marketing": 128}
+    assert {lane: w.concurrency for lane, w in workers.items()} == {"otp": 64, "utility": 384, "marketing": 384}
     # Postgres budget: the threads share a pool of 8 per lane process, whatever their number.
     assert {w.db_connections for w in workers.values()} == {8}
     assert workers["utility"].env() == {"DATABASE_POOL_MAX_SIZE": "8"}
@@ -51,7 +51,7 @@ def test_a_bad_setting_is_refused_by_name(env, named):
 def test_the_celery_arguments_name_the_pool_and_its_size():
     args = settings_for("marketing", {}).celery_args(hostname="marketing@x")
     assert args[:7] == ["-A", "pilot_status", "worker", "-Q", "marketing", "-n", "marketing@x"]
-    assert args[args.index("-P") + 1] == "threads" and args[args.index("-c") + 1] == "128"
+    assert args[args.index("-P") + 1] == "threads" and args[args.index("-c") + 1] == "384"
     assert "-O" not in args  # `fair` is a prefork scheduling option
     assert "-O" in settings_for("marketing", {"LANE_WORKER_POOL": "prefork"}).celery_args()
 
