@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from celery import Task, shared_task
@@ -17,4 +18,13 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
     lane = str((self.request.delivery_info or {}).get("routing_key") or "")
     if otp_window.lane_waits(lane):
         otp_window.wait_for_window(f"send:{lane}")
-    return worker.send_one(message_id)
+    try:
+        return worker.send_one(message_id)
+    except worker.NoConnectionToClaim:
+        # Nothing changed yet: the task goes back to its queue for another try in a moment, instead of
+        # leaving the message to the reconciler's lost-release pass (a minute, ten for marketing).
+        raise self.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
+
+
+# How soon a claim that found no free pooled connection is tried again (then up to twice that).
+RETRY_AFTER_SECONDS = 1.0

@@ -12,8 +12,9 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
+from psycopg_pool import PoolTimeout
 
 from pilot_status import metrics
 from pilot_status.database import checking_connection, release_while_waiting
@@ -46,6 +47,10 @@ def lease_seconds() -> float:
     return float(max(settings.SEND_LEASE_SECONDS, needed))
 
 
+class NoConnectionToClaim(Exception):
+    """The process's connection pool had none free in time: the claim never reached Postgres."""
+
+
 def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
     """QUEUED → SENDING with a lease; None when another worker has it or it is not due."""
     now = timezone.now()
@@ -53,14 +58,19 @@ def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
     # The claim doubles as the task's connection health check (one round trip less per send). Run
     # again on a replaced connection it is still safe: had the first one committed, the second finds
     # nothing to claim and the lease's expiry hands the message back (as after a crash).
-    message = checking_connection(lambda: writes.claim(
-        message_id,
-        token,
-        now,
-        # One second of slack for clock skew between the relay's host and this one.
-        due_by=now + timedelta(seconds=1),
-        lease_until=now + timedelta(seconds=lease_seconds()),
-    ))
+    try:
+        message = checking_connection(lambda: writes.claim(
+            message_id,
+            token,
+            now,
+            # One second of slack for clock skew between the relay's host and this one.
+            due_by=now + timedelta(seconds=1),
+            lease_until=now + timedelta(seconds=lease_seconds()),
+        ))
+    except OperationalError as exc:
+        if isinstance(exc.__cause__, PoolTimeout):
+            raise NoConnectionToClaim(str(exc)) from exc
+        raise
     return None if message is None else (message, token)
 
 
@@ -99,6 +109,9 @@ def send_one(message_id: str) -> str:
 
     instance = route.instance
     if otp_window.lane_waits(message.lane):
+        # The wait holds no connection: with a few shared among hundreds of threads, threads sleeping
+        # on a connection starved the claims (PoolTimeout in bench B8 under an OTP stream).
+        release_while_waiting()
         otp_window.wait_for_window(f"send:{message.lane}")
     if not take_send_slot(message, token, route):
         return "held"

@@ -1,0 +1,53 @@
+"""A threads-pool lane worker shares a few pooled connections among hundreds of threads (issue 26).
+When none is free in time, the claim never reached Postgres: the task goes back to its queue for
+another try in a moment, and the message is untouched (before, the task failed and the message
+waited for the reconciler's lost-release pass: a minute, ten for marketing; bench B8 under load
+logged 816 such failures in one run). Real psycopg pool, really exhausted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from celery.exceptions import Retry
+from django.db import connections
+from django.db.backends.postgresql.base import DatabaseWrapper
+
+from messaging.models import Message
+from messaging.sending import tasks, worker
+from tests.messaging.sending_helpers import send
+
+
+@contextmanager
+def exhausted_pool() -> Iterator[None]:
+    """This thread's default connection is a one-connection pool whose connection someone else holds."""
+    ordinary = connections["default"]
+    settings_dict = dict(ordinary.settings_dict)
+    settings_dict["CONN_MAX_AGE"] = 0
+    settings_dict["OPTIONS"] = {**settings_dict["OPTIONS"], "pool": {"min_size": 1, "max_size": 1, "timeout": 0.2}}
+    pooled: Any = DatabaseWrapper(settings_dict, alias="default")
+    pooled.pool.open(wait=True)
+    held = pooled.pool.getconn()
+    connections["default"] = pooled
+    try:
+        yield
+    finally:
+        connections["default"] = ordinary
+        pooled.pool.putconn(held)
+        pooled.close_pool()
+
+
+def test_a_claim_without_a_free_connection_says_so(db):
+    with exhausted_pool(), pytest.raises(worker.NoConnectionToClaim):
+        worker.claim("00000000-0000-0000-0000-000000000000")
+
+
+def test_the_task_goes_back_to_its_queue_and_the_message_is_untouched(alice, alice_instance):
+    message = send(alice)
+    before = Message.objects.values().get(pk=message.pk)
+    with exhausted_pool(), pytest.raises(Retry):
+        tasks.send_message(str(message.pk))
+    assert Message.objects.values().get(pk=message.pk) == before
+    assert before["status"] == "QUEUED"
