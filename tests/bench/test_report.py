@@ -1,7 +1,7 @@
 """docs/benchmarks.md as bench.report renders it: one summary table, then one appendix section per scenario measured.
 
-The recorded JSON is the full `make bench` at 31e23a4 (B1–B6 and profiles, no B8, no ablation), the figures that
-docs/benchmarks.md shows; nothing here starts a stack.
+The recorded JSONs: the full `make bench` at 31e23a4 (B1–B6 and profiles, no B8, no ablation), the figures that
+docs/benchmarks.md shows, and a smoke run of every scenario (B8 too); nothing here starts a stack.
 """
 
 from __future__ import annotations
@@ -56,6 +56,20 @@ def test_a_recorded_run_renders_one_summary_table_and_one_appendix_section_per_s
     # the header says what was measured where, and how to run it
     assert "measured at commit `31e23a4`" in text
     assert "make bench" in text and "--report-only" in text
+
+
+@pytest.mark.parametrize("recording", ["results-31e23a4.json", "smoke.json"])
+def test_each_scenario_in_a_recording_has_its_summary_row_and_its_appendix_section(recording: str) -> None:
+    # given: the full run at 31e23a4 (B1-B6, profiles), and a smoke run of every scenario (B8 too, no profiles)
+    results = json.loads((RECORDED.parent / recording).read_text())
+
+    text = report.render(results)
+
+    present = [name for name in report.SCENARIOS if name in results["scenarios"]]
+    assert _headings(text, "##") == ["Summary", "Appendix"]
+    assert [title.split()[0] for title in _headings(text, "###")] == present
+    rows = _summary_rows(text)
+    assert all(name in rows for name in present) and rows.count("id") == 1
 
 
 def test_the_report_carries_no_history(results: dict[str, Any]) -> None:
