@@ -16,16 +16,32 @@ from typing import Any, Callable
 # The order of the summary and of the appendix.
 SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
 
-# Where bench/findings.md explains the devices a scenario judges (its section titles).
-WHY = {
-    "B1": ("One-statement accept and remembered routing", "Prepared statements", "The second validator",
-           "Metrics carry", "WEB_CONCURRENCY"),
-    "B2": ("Prepared statements", "Metrics carry", "Relay design"),
-    "B3": ("Process priorities", "The OTP window", "Relay design"),
-    "B4": ("The send slot",),
-    "B5": ("Batched consumer ACKs", "The done mark", "Webhook pool settings"),
-    "B6": ("Relay design",),
-    "B8": ("The lane workers' threads pool",),
+# What each scenario judges of the stack's set-up, in a clause, and the section of bench/findings.md that says why.
+WHY: dict[str, tuple[tuple[str, str], ...]] = {
+    "B1": (("One-statement accept and remembered routing", "an accept is usually one statement, judged on the "
+            "instances this process last saw and re-checked by a guard inside that statement"),
+           ("Prepared statements", "the hot statements run on one prepared cursor per connection"),
+           ("The second validator", "plain code checks the usual send body; DRF's serializer answers every other "
+            "body and every error"),
+           ("Metrics carry", "counters go to Redis from each process in one pipeline a second, not one round trip "
+            "per accept"),
+           ("WEB_CONCURRENCY", "the client API runs one sync worker per core")),
+    "B2": (("Prepared statements", "a send's claim and result are prepared statements"),
+           ("Metrics carry", "no Redis round trip per status counter"),
+           ("Relay design", "a relay pass releases in one statement and commits once RabbitMQ confirmed its tasks")),
+    "B3": (("Process priorities", "every process but web, relay_otp and worker_otp runs at `BACKGROUND_NICE`, its "
+            "session too"),
+           ("The OTP window", "background work waits for an OTP's short window in Redis, one window at most"),
+           ("Relay design", "the OTP lane has a relay of its own")),
+    "B4": (("The send slot", "the lane worker takes the instance's send slot right before it calls Evolution, so "
+            "the cap holds at Evolution, not only at the relay"),),
+    "B5": (("Batched consumer ACKs", "the consumer acks handled deliveries in batches"),
+           ("The done mark", "an event's second copy is skipped on its lock's own round trip"),
+           ("Webhook pool settings", "Evolution's webhooks have a gthread pool of their own, an internal-only app, "
+            "and log failures only")),
+    "B6": (("Relay design", "each turn goes to the project the relay released least recently"),),
+    "B8": (("The lane workers' threads pool", "lane workers run Celery's threads pool on a few shared Postgres "
+            "connections per process"),),
 }
 
 PROFILE_ROWS = 5  # of each profile, in its scenario's appendix; the raw stacks stay in artifacts/bench/profiles/
@@ -346,8 +362,11 @@ def _profiles_of(name: str, profiles: dict[str, Any]) -> list[str]:
 
 
 def _why(name: str) -> list[str]:
-    links = ", ".join(f"[{title}](../bench/findings.md#{_anchor(title)})" for title in WHY.get(name, ()))
-    return [f"Why the stack is set up so: {links} (bench/findings.md).", ""] if links else []
+    reasons = WHY.get(name, ())
+    if not reasons:
+        return []
+    return (["Why the stack is set up so (bench/findings.md):", ""]
+            + [f"- [{title}](../bench/findings.md#{_anchor(title)}): {clause}." for title, clause in reasons] + [""])
 
 
 def appendix(results: dict[str, Any]) -> list[str]:
