@@ -1,0 +1,133 @@
+"""docs/benchmarks.md as bench.report renders it: one summary table, then one appendix section per scenario measured.
+
+The recorded JSONs: the full `make bench` at 31e23a4 (B1–B6 and profiles, no B8, no ablation), the figures that
+docs/benchmarks.md shows, and a smoke run of every scenario (B8 too); nothing here starts a stack.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import report
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDED = Path(__file__).with_name("recorded") / "results-31e23a4.json"
+
+
+@pytest.fixture
+def results() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(RECORDED.read_text())
+    return loaded
+
+
+def _headings(text: str, level: str) -> list[str]:
+    return [line[len(level) + 1:] for line in text.splitlines() if line.startswith(level + " ")]
+
+
+def _summary_rows(text: str) -> list[str]:
+    table = text.split("## Summary", 1)[1].split("## Appendix", 1)[0]
+    return [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_a_recorded_run_renders_one_summary_table_and_one_appendix_section_per_scenario(results: dict[str, Any]) -> None:
+    # when
+    text = report.render(results)
+
+    # then: the page is a header, the summary and the appendix, nothing else at the top level
+    assert _headings(text, "#") == ["Benchmarks"]
+    assert _headings(text, "##") == ["Summary", "Appendix"]
+    assert text.count("| id | figure (median, min–max) | baseline, same run | ratio | target | status |") == 1
+    # one summary row per scenario in order (M with B2), and B8, absent from this run, said so
+    assert _summary_rows(text) == ["id", "B1", "B2", "M", "B3", "B4", "B5", "B6", "B8"]
+    assert "| B8 | not measured in this run |" in text
+    # one appendix section per scenario present, in the same order, none for B8
+    sections = [title.split()[0] for title in _headings(text, "###")]
+    assert sections == ["B1", "B2", "B3", "B4", "B5", "B6"]
+    # each profile sits in the appendix of the scenario it was taken in
+    b1 = text.split("### B1", 1)[1].split("### B2", 1)[0]
+    assert "Profile P1 web (B1 funnel)" in b1 and "Profile P2" not in b1
+    # the header says what was measured where, and how to run it
+    assert "measured at commit `31e23a4`" in text
+    assert "make bench" in text and "--report-only" in text
+
+
+@pytest.mark.parametrize("recording", ["results-31e23a4.json", "smoke.json"])
+def test_each_scenario_in_a_recording_has_its_summary_row_and_its_appendix_section(recording: str) -> None:
+    # given: the full run at 31e23a4 (B1-B6, profiles), and a smoke run of every scenario (B8 too, no profiles)
+    results = json.loads((RECORDED.parent / recording).read_text())
+
+    text = report.render(results)
+
+    present = [name for name in report.SCENARIOS if name in results["scenarios"]]
+    assert _headings(text, "##") == ["Summary", "Appendix"]
+    assert [title.split()[0] for title in _headings(text, "###")] == present
+    rows = _summary_rows(text)
+    assert all(name in rows for name in present) and rows.count("id") == 1
+
+
+def test_the_report_carries_no_history(results: dict[str, Any]) -> None:
+    text = report.render(results)
+
+    # findings.md is linked, not pasted in; no session diary
+    assert "# Why the stack is set up as it is" not in text
+    assert not re.search(r"\bsession \d+", text, re.IGNORECASE)
+
+
+def test_every_why_link_names_a_section_of_findings(results: dict[str, Any]) -> None:
+    findings = (ROOT / "bench" / "findings.md").read_text()
+    anchors = {report._anchor(title) for title in _headings(findings, "##")}
+
+    linked = re.findall(r"\]\(\.\./bench/findings\.md#([^)]+)\)", report.render(results))
+
+    assert linked and set(linked) <= anchors
+
+
+def test_a_json_without_most_scenarios_still_renders(results: dict[str, Any]) -> None:
+    # given: only B3 was run, and B5 failed
+    results["scenarios"] = {"B3": results["scenarios"]["B3"]}
+    results["errors"] = {"B5": "Traceback …\nRuntimeError: the simulator went away\n"}
+    results.pop("profiles")
+
+    text = report.render(results)
+
+    assert [title.split()[0] for title in _headings(text, "###")] == ["B3"]
+    assert "| B5 | failed: `RuntimeError: the simulator went away` |" in text
+    assert "| B1 | not measured in this run |" in text
+
+
+def test_the_ablation_section_comes_from_bench_ablation(results: dict[str, Any],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    results["ablation"] = {"devices": ["otp_window"]}
+    ablation = types.ModuleType("bench.ablation")
+    seen: list[Any] = []
+
+    def render(given: Any) -> list[str]:
+        seen.append(given)
+        return ["| device | B1 | B3 |", "|---|---|---|", "| otp_window | 0.78× | 1.87× |"]
+
+    ablation.render = render  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bench.ablation", ablation)
+
+    text = report.render(results)
+
+    assert seen == [{"devices": ["otp_window"]}]
+    assert _headings(text, "###")[-1] == "Ablation"
+    assert "| otp_window | 0.78× | 1.87× |" in text.split("### Ablation", 1)[1]
+
+
+def test_without_bench_ablation_the_ablation_is_left_out(results: dict[str, Any],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    results["ablation"] = {"devices": ["otp_window"]}
+    monkeypatch.setitem(sys.modules, "bench.ablation", None)  # as a checkout without the module
+
+    text = report.render(results)
+
+    assert "Ablation" not in text
+    assert [title.split()[0] for title in _headings(text, "###")][-1] == "B6"
