@@ -115,8 +115,12 @@ def run(ctx: Context) -> dict[str, Any]:
         "wide_workers": wide_workers,
         "ratio_to_best_baseline": ratio(funnel["rate"]["median"], best_base),
         "every_202_stored": accepted_rows_ok,
-        "target": {"ratio": 0.7, "p99_ms": 25.0},
-        "met": ratio(funnel["rate"]["median"], base) >= 0.7 and funnel["p99_ms"]["median"] <= 25.0
+        # Issue 25: the p99 against the bare insert's in the same run (an absolute bound does not hold on a
+        # shared host, whose phases move both).
+        "p99_ratio": ratio(funnel["p99_ms"]["median"], figures["baseline"]["p99_ms"]["median"]),
+        "target": {"ratio": 0.7, "p99_ratio": 1.5},
+        "met": ratio(funnel["rate"]["median"], base) >= 0.7
+        and funnel["p99_ms"]["median"] <= 1.5 * figures["baseline"]["p99_ms"]["median"]
         and funnel["errors"] == 0,
         "cpu": cpu_summary(meter),
         "cpu_ms_per_request": cpu_per_request,
