@@ -50,3 +50,34 @@ def test_a_slow_gateway_gets_many_more_sends_in_flight_than_the_lane_has_process
     assert counted["max_in_flight"] > max(processes, prefork_children) * 4, counted
     # The lane's pool is what bounds it: at most its concurrency in flight at once.
     assert counted["max_in_flight"] <= lane_worker_settings("utility").concurrency, counted
+
+
+def test_the_calls_in_flight_at_one_instance_are_bounded_by_its_pacing_not_by_threads(
+    stack, simulator, alice, alice_instance, settings
+):
+    # At most rate × latency + burst at once, however many threads the lane has (issue 26).
+    alice_instance.send_rate_per_second = 5
+    alice_instance.save(update_fields=["send_rate_per_second"])
+    simulator.register(alice_instance, stack.webhook_url)
+    simulator.faults(alice_instance.name, latency_ms=1000)
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    ids = []
+    with requests.Session() as http:
+        for n in range(MESSAGES):
+            response = http.post(
+                f"{stack.web_url}/v1/messages/send",
+                json={"to": RECIPIENT, "category": "UTILITY", "text": f"Order {n} shipped", "typing": "off"},
+                headers={"Authorization": f"Bearer {alice.live_key}"},
+                timeout=10,
+            )
+            assert response.status_code == 202, response.text
+            ids.append(response.json()["id"])
+    wait_until(
+        lambda: Message.objects.filter(pk__in=ids, status__in=SENT_OR_LATER).count() == MESSAGES,
+        timeout=90, interval=0.5, message="all 40 SENT",
+    )
+    counted = simulator.stats()["send_text"]
+    assert counted["total"] == MESSAGES
+    bound = 5 * 1.0 + settings.SEND_RATE_BURST
+    assert counted["max_in_flight"] <= bound + 1, counted  # one for a call whose answer is still on its way back
+    assert counted["max_in_flight"] > 2, counted  # and the calls still overlap
