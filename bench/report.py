@@ -348,6 +348,17 @@ def _appendix_b8(b8: dict[str, Any], results: dict[str, Any]) -> list[str]:
                    f"| {num(r.get('share_of_bar', r['share_of_caps']), 2)} | {r['max_in_flight']} | {num(r['otp_p50_ms'])} / "
                    f"{num(r['otp_p99_ms'])} ms | {num(r['peak_rss_mb'].get('worker'))} MB "
                    f"| {conns.get('worker', 0)} / {sum(conns.values())} | {num(r['cpu'].get('machine_busy_share'), 2)} |")
+    phased = [r for r in runs if r.get("otp_phases_ms")]
+    if phased:
+        names = ("release", "to_call", "call", "after_call")
+        out += ["", "Where an OTP's accept → SENT went, p50 / p99 ms: the relay's release (accept → dispatched), the wait "
+                "for a lane thread and its claim (→ the call's start), the call to Evolution (latency + typing), the "
+                "SENT write after it.", "",
+                "| pool | latency | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+        for r in phased:
+            cells = [f"{num(r['otp_phases_ms'][n]['p50'])} / {num(r['otp_phases_ms'][n]['p99'])}"
+                     if n in r["otp_phases_ms"] else "–" for n in names]
+            out.append(f"| {r['pool']} | {num(r['latency_s'], 1)} s | " + " | ".join(cells) + " |")
     return out + [""]
 
 

@@ -59,6 +59,29 @@ def _typing_max_s(typing: dict[str, str]) -> float:
     return float(settings.TYPING_DELAY_MAX_MS) / 1000
 
 
+def otp_phases(otp_ids: list[str]) -> dict[str, dict[str, float]]:
+    """Where an OTP's accept → SENT went, p50 and p99 per phase (ms): the relay's release, the wait for
+    a lane thread and its claim, the call to Evolution (latency + typing), and the SENT write after it."""
+    from messaging.models import EventKind, Message, MessageEvent
+
+    times = {pk: (c, d, s) for pk, c, d, s in
+             Message.objects.filter(pk__in=otp_ids).values_list("pk", "created_at", "dispatched_at", "sent_at")}
+    phases: dict[str, list[float]] = {"release": [], "to_call": [], "call": [], "after_call": []}
+    attempts = MessageEvent.objects.filter(message_id__in=otp_ids, kind=EventKind.ATTEMPT, detail__outcome="sent")
+    for message_id, at, detail in attempts.values_list("message_id", "created_at", "detail"):
+        created, dispatched, sent = times.get(message_id, (None, None, None))
+        elapsed = float(detail.get("elapsedMs") or 0)
+        if not (created and dispatched and sent):
+            continue
+        call_start_ms = (at - dispatched).total_seconds() * 1000 - elapsed
+        phases["release"].append((dispatched - created).total_seconds() * 1000)
+        phases["to_call"].append(call_start_ms)
+        phases["call"].append(elapsed)
+        phases["after_call"].append((sent - at).total_seconds() * 1000 if sent > at else 0.0)
+    return {name: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)}
+            for name, v in phases.items() if v}
+
+
 def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = TYPING_ON) -> dict[str, Any]:
     from django.conf import settings
     from django.utils import timezone
@@ -103,6 +126,7 @@ def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = 
         "share_of_caps": round(throughput / caps, 2) if caps else None,
         "max_in_flight": ctx.sim.stats()["send_text"].get("max_in_flight"),
         "otps": len(otp_ms), "otp_p50_ms": percentile(otp_ms, 50), "otp_p99_ms": percentile(otp_ms, 99),
+        "otp_phases_ms": otp_phases(otp_ids),
         "otp_target_ms": round(otp_target), "otp_met": percentile(otp_ms, 99) <= otp_target,
         "peak_rss_mb": {kind: round(mb, 1) for kind, mb in rss.peak.items()},
         "peak_db_connections": dict(conns.peak),
