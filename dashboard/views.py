@@ -16,7 +16,7 @@ from django.contrib import messages
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -27,7 +27,8 @@ from messaging.errors import Rejected
 from messaging.models import DeadLetter, DeadLetterStatus, Message, Project, Status
 from pilot_status.errors import error_response
 
-from . import bulk, overview, tasks
+from . import bulk, charts, overview, tasks
+from .csp import same_origin_only
 from .forms import DeadLetterFilterForm, selected_ids
 from .models import BulkResendJob
 
@@ -35,6 +36,8 @@ PAGE_SIZE = 25
 IN_FLIGHT = {Status.QUEUED, Status.SENDING, Status.SENT, Status.SERVER_ACK}
 ASSETS = Path(__file__).resolve().parent / "static" / "dashboard"
 ASSET_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
+# The chart library, vendored at a pinned version (static/dashboard/VENDORED.md); never a CDN.
+CHART_JS = "chart-4.6.1.umd.min.js"
 
 
 def _project(request: HttpRequest, project_id: int) -> Project:
@@ -88,6 +91,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
+@same_origin_only
 def overview_page(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
     return _page(
@@ -95,7 +99,24 @@ def overview_page(request: HttpRequest, project_id: int) -> HttpResponse:
         today=overview.today_by_lane(project), since=overview.start_of_today(),
         instances=overview.instances(project),
         dlq=overview.open_dead_letters(project),
+        chart_js=CHART_JS,
     )
+
+
+@login_required
+@require_GET
+@_json_errors
+def charts_data(request: HttpRequest, project_id: int) -> JsonResponse:
+    """The overview's charts: the last 24 hours of the member's own project (dashboard.charts)."""
+    project = _project(request, project_id)
+    try:
+        data = charts.for_project(project)
+    except OperationalError:
+        # The statement timeout (DASHBOARD_CHART_TIMEOUT_MS) or a database away: the page says so.
+        return error_response(503, "charts_unavailable", "The charts could not be computed just now; try again.")
+    response = JsonResponse(data.as_json())
+    response["Cache-Control"] = "private, no-store"
+    return response
 
 
 @login_required

@@ -430,6 +430,9 @@ AXES_CLIENT_IP_CALLABLE = "dashboard.lockout.address_of"
 AXES_HANDLER = "dashboard.lockout.StorableAttempts"
 AXES_DISABLE_ACCESS_LOG = True  # no row per successful sign-in; failures are what the lockout counts
 AXES_VERBOSE = False
+# The overview's charts (dashboard.charts): each of their two queries is cancelled after this many ms, and
+# the charts say they are unavailable instead of holding a web worker on a project's very busy day.
+DASHBOARD_CHART_TIMEOUT_MS = envint("DASHBOARD_CHART_TIMEOUT_MS", 2000, minimum=1)
 LOGIN_URL = "/dashboard/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"
 LOGOUT_REDIRECT_URL = "/dashboard/login/"

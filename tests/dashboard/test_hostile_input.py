@@ -143,7 +143,8 @@ def _dashboard_answers(member: Raw, entry: DeadLetter, value: str | bytes) -> di
     answers["bulk filter fields"] = member.post(
         f"/dashboard/p/{p}/dead-letters/bulk-resend", {"query": value, "to": value, "page": value}).status_code
     answers["asset"] = member.get(f"/dashboard/assets/{segment(value)}").status_code
-    for path in (f"/dashboard/p/{segment(value)}/", f"/dashboard/p/{p}/dead-letters/{segment(value)}/",
+    for path in (f"/dashboard/p/{segment(value)}/", f"/dashboard/p/{segment(value)}/charts.json",
+                 f"/dashboard/p/{p}/dead-letters/{segment(value)}/",
                  f"/dashboard/p/{p}/bulk/{segment(value)}/", f"/dashboard/p/{p}/bulk/{segment(value)}/progress.json",
                  f"/dashboard/p/{p}/messages/{segment(value)}/status.json"):
         answers[f"GET {path}"] = member.get(path).status_code
