@@ -394,6 +394,10 @@ if OPS_STATUS_TOKEN and not DEBUG:
     if _problem:
         production.refuse(_problem)
 
+# The send body is read by a plain validator first (messaging.api.serializers.plain_send_request: the
+# usual body without DRF's field machinery, the same answer) and by SendMessageSerializer when it
+# declines; 0 leaves every body to the serializer alone (issue 25's ablation switch).
+SEND_PLAIN_VALIDATOR = envbool("SEND_PLAIN_VALIDATOR", True)
 # Client API rate limit per key (contract §3).
 RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0, above=0)
 RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)

@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -345,10 +346,12 @@ def plain_send_request(data: Any) -> SendRequest | None:
 
 
 def send_request(data: Any) -> SendRequest:
-    """The validated send request; raises DRF's ValidationError exactly as the serializer does."""
-    plain = plain_send_request(data)
-    if plain is not None:
-        return plain
+    """The validated send request; raises DRF's ValidationError exactly as the serializer does.
+    SEND_PLAIN_VALIDATOR=0 leaves every body to the serializer."""
+    if settings.SEND_PLAIN_VALIDATOR:
+        plain = plain_send_request(data)
+        if plain is not None:
+            return plain
     serializer = SendMessageSerializer(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.to_request()
