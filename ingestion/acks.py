@@ -8,6 +8,8 @@ redeliver those deliveries and the done mark or the inbox skips them: a duplicat
 
 Deliveries on one channel are handled in order, so acking the newest handled one with `multiple`
 acks exactly the handled ones before it (a requeued delivery is no longer unacked).
+
+A batch of 1 (CONSUMER_ACK_BATCH=1) is kombu's plain way: each delivery acked on its own, at once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class DeferredAcks:
         self.oldest_at = 0.0
 
     def add(self, message: Any) -> None:
+        if self.batch <= 1:
+            message.ack()
+            return
         if self.newest is None:
             self.oldest_at = self.clock()
         self.newest = message

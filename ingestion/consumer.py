@@ -6,12 +6,12 @@ exchanges is re-read from the database while running, so instances added later a
 Evolution's own quorum queues are never declared (services.md).
 
 Per message: lock → inbox (channel RABBITMQ, committed) → forward to the webhook handler with
-already_saved → ack (acks go in batches, acks.py). A copy whose lock holds the done mark (the
-webhook processed the event) is acked without a database statement (locks.py). Every failure goes
-through `_retry_later`, which moves the message to a delay queue (per-queue TTL, dead-lettered back
-to the work queue: 5 s, 30 s, 3 min) and finally to a parking queue; a busy lock or a database
-outage waits in a delay queue without using a retry. Nothing is ever requeued straight back (no hot
-loop).
+already_saved → ack (acks go in batches of CONSUMER_ACK_BATCH, acks.py). A copy whose lock holds the
+done mark (the webhook processed the event) is acked without a database statement (locks.py). Every
+failure goes through `_retry_later`, which moves the message to a delay queue (per-queue TTL,
+dead-lettered back to the work queue: 5 s, 30 s, 3 min) and finally to a parking queue; a busy lock
+or a database outage waits in a delay queue without using a retry. Nothing is ever requeued straight
+back (no hot loop).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ RETRY_DELAYS_S = (5, 30, 180)
 LOCKED_DELAY_S = RETRY_DELAYS_S[0]
 DB_DOWN_DELAY_S = RETRY_DELAYS_S[1]
 CONNECTION_CHECK_SECONDS = 1.0
-# Handled deliveries are acked twenty at a time, or once the oldest waited 0.1 s (acks.py). The
-# prefetch leaves room for the next batch while one waits for its ack.
+# Handled deliveries are acked CONSUMER_ACK_BATCH (20) at a time, or once the oldest waited 0.1 s
+# (acks.py); CONSUMER_ACK_BATCH=1 acks each one at once. The prefetch leaves room for the next batch
+# while one waits for its ack (settings refuse a batch larger than it).
 PREFETCH = 100
-ACK_BATCH = 20
 ACK_MAX_DELAY_S = 0.1
 CONFIRM_TIMEOUT_S = 10.0
 RETRY_HEADER = "x-ps-retries"
@@ -157,7 +157,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self.next_connection_check = 0.0
         self.arrived: deque[Any] = deque()  # deliveries waiting for the one being handled
         self.handling = False
-        self.acks = DeferredAcks(ACK_BATCH, ACK_MAX_DELAY_S)
+        self.acks = DeferredAcks(settings.CONSUMER_ACK_BATCH, ACK_MAX_DELAY_S)
         # Set by run_consumer: beats from the consuming loop, so a consumer that is killed, stuck, or
         # cut off from RabbitMQ turns stale on the status page (pilot_status.heartbeats).
         self.heartbeat: Any = None

@@ -34,12 +34,15 @@ def lower(nice: int, autogroup: Path = AUTOGROUP) -> bool:
     """Lower this process's CPU priority to `nice` (never raise it), and its session's when it leads it.
 
     Returns whether the session's priority was set. A process that does not lead its session keeps the
-    session's priority as it is and only sets its own."""
+    session's priority as it is and only sets its own. 0 (BACKGROUND_NICE=0) changes nothing at all: no
+    nice, no autogroup, the process runs as it was started."""
     if not 0 <= nice <= 19:
         raise ValueError(f"NICE must be 0..19, got {nice}")
+    if nice == 0:
+        return False
     if nice > os.getpriority(os.PRIO_PROCESS, 0):
         os.setpriority(os.PRIO_PROCESS, 0, nice)
-    if nice == 0 or os.getsid(0) != os.getpid() or not autogroup.exists():
+    if os.getsid(0) != os.getpid() or not autogroup.exists():
         return False
     if not autogroup.read_text().strip():
         return False  # not in an autogroup: its own nice is what the scheduler weighs

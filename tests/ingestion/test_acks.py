@@ -55,3 +55,15 @@ def test_forgotten_deliveries_are_never_acked():
     acks.flush()
     acks.flush_if_due()
     assert log == []
+
+
+def test_a_batch_of_one_acks_each_delivery_on_its_own_at_once():
+    # CONSUMER_ACK_BATCH=1 (issue 25's switch): kombu's plain `message.ack()`, nothing left pending.
+    log: list[tuple[int, bool]] = []
+    acks = DeferredAcks(batch=1, max_delay_s=0.1, clock=Clock())
+    for tag in range(1, 4):
+        acks.add(Delivery(tag, log))
+        assert log[-1] == (tag, False) and acks.pending == 0
+    acks.flush_if_due()
+    acks.flush()
+    assert log == [(1, False), (2, False), (3, False)]

@@ -2,7 +2,8 @@
 
 `plain_send_request` handles the common body without DRF's field machinery and declines anything
 it is not sure about, so that SendMessageSerializer still gives every error (and every unusual
-value) exactly as before. The oracle here is the serializer itself.
+value) exactly as before. The oracle here is the serializer itself. SEND_PLAIN_VALIDATOR=0 leaves
+every body to the serializer: the tests that post a body run with the plain validator on and off.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from messaging import opt_ins
+from messaging.api import serializers as serializers_module
 from messaging.api.serializers import (
     MAX_METADATA_BYTES,
     MAX_VARIABLE_NAME_LENGTH,
@@ -163,7 +165,15 @@ def opted_in(alice):
     opt_ins.record(alice.project, TO, "checkout")
 
 
-def test_a_usual_send_is_accepted_without_the_serializer(alice, alice_instance, opted_in, monkeypatch):
+@pytest.fixture(params=[True, False], ids=["plain-validator-on", "serializer-alone"])
+def validator(request, settings):
+    """SEND_PLAIN_VALIDATOR as the test runs it: both ways must give the very same answers."""
+    settings.SEND_PLAIN_VALIDATOR = request.param
+    return request.param
+
+
+def test_a_usual_send_is_accepted_without_the_serializer(alice, alice_instance, opted_in, monkeypatch, settings):
+    settings.SEND_PLAIN_VALIDATOR = True
     def refuse(*args: Any, **kwargs: Any) -> bool:
         raise AssertionError("SendMessageSerializer used for a plain body")
 
@@ -180,7 +190,7 @@ def test_a_usual_send_is_accepted_without_the_serializer(alice, alice_instance, 
     [*DECLINED, body(to="+55 11 x"), body(text="", category="utility"), body(deliverUntil="soon"),
      body(text="{{name}}" * 41, variables={"name": "y" * 100}), body(text=7)],
 )
-def test_a_refused_body_answers_the_serializers_errors(alice, alice_instance, opted_in, data):
+def test_a_refused_body_answers_the_serializers_errors(alice, alice_instance, opted_in, validator, data):
     """Every body the plain path declines still gets SendMessageSerializer's answer, word for word."""
     serializer = SendMessageSerializer(data=copy.deepcopy(data))
     assert not serializer.is_valid()
@@ -197,3 +207,48 @@ def test_a_refused_body_answers_the_serializers_errors(alice, alice_instance, op
         }
     }
     assert Message.objects.count() == 0
+
+
+def test_with_the_switch_off_the_serializer_reads_every_body(alice, alice_instance, opted_in, monkeypatch, settings):
+    settings.SEND_PLAIN_VALIDATOR = False
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("plain_send_request used with SEND_PLAIN_VALIDATOR=0")
+
+    monkeypatch.setattr(serializers_module, "plain_send_request", refuse)
+    validated = []
+    real_is_valid = SendMessageSerializer.is_valid
+
+    def spy(self: SendMessageSerializer, *args: Any, **kwargs: Any) -> bool:
+        validated.append(self.initial_data)
+        return bool(real_is_valid(self, *args, **kwargs))
+
+    monkeypatch.setattr(SendMessageSerializer, "is_valid", spy)
+    response = alice.client().post(URL, body(metadata={"order": 7}), format="json")
+
+    assert response.status_code == 202, response.content
+    assert validated == [body(metadata={"order": 7})]
+    message = Message.objects.get(pk=response.json()["id"])
+    assert (message.to, message.text, message.metadata, message.priority) == (TO, "Hello Ana", {"order": 7}, "normal")
+
+
+# What an accepted send stores from its body (the rest is the funnel's or the clock's).
+STORED = ("to", "category", "template", "variables", "text", "metadata", "priority", "typing", "instance_id",
+          "requested_instance", "status")
+
+
+@pytest.mark.parametrize("data", PLAIN)
+def test_a_usual_body_is_answered_and_stored_alike_with_the_switch_on_and_off(alice, alice_instance, opted_in,
+                                                                              settings, data):
+    outcomes = []
+    for plain_validator in (True, False):
+        settings.SEND_PLAIN_VALIDATOR = plain_validator
+        response = alice.client().post(URL, json.dumps(data), content_type="application/json")
+        answer = response.json()
+        stored = None
+        if response.status_code == 202:
+            stored = Message.objects.filter(pk=answer.pop("id")).values(*STORED).get()
+            answer.pop("createdAt", None)
+            answer.pop("deliverUntil", None)
+        outcomes.append((response.status_code, answer, stored))
+    assert outcomes[0] == outcomes[1]

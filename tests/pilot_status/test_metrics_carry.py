@@ -61,6 +61,27 @@ def test_zero_sends_each_count_at_once(settings: Any, name: str) -> None:
     settings.METRICS_FLUSH_SECONDS = 0
     metrics.incr(name, 4)
     assert value(name) == 4
+    metrics.evolution("test:carry:zero")  # the helpers go the same way
+    metrics.messages("test:carry:zero")
+    assert metrics._carry._pending == {} and metrics._carry._owner == 0  # nothing carried, no flusher
+
+
+def test_zero_in_a_process_starts_no_carry_thread(name: str) -> None:
+    # METRICS_FLUSH_SECONDS=0 (issue 25's switch) as a process reads it from its environment: every count
+    # is in Redis when incr returns, and no flusher thread ever starts.
+    code = (
+        "import threading, django; django.setup()\n"
+        "from pilot_status import metrics\n"
+        "for n in range(3):\n"
+        f"    metrics.incr({name!r}, 2)\n"
+        f"    assert int(metrics.redis().get({name!r})) == 2 * (n + 1)\n"
+        "assert not [t for t in threading.enumerate() if t.name == 'metrics-flush']\n"
+        "import os; os._exit(0)\n"  # no atexit flush: what Redis holds was sent at once
+    )
+    env = {**os.environ, "METRICS_FLUSH_SECONDS": "0", "DJANGO_SETTINGS_MODULE": "pilot_status.settings"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert value(name) == 6
 
 
 def test_counts_refused_by_redis_are_kept_for_the_next_flush(settings: Any, name: str, monkeypatch: Any) -> None:

@@ -66,9 +66,26 @@ def test_it_never_raises_a_priority():
 
 
 def test_zero_changes_nothing():
+    # BACKGROUND_NICE=0 (issue 25's switch): neither the process's nice nor its new session's.
     done = run_wrapped("0", sys.executable, "-c", SHOW, start_new_session=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[0] == str(os.getpriority(os.PRIO_PROCESS, 0))
+    nice, session = done.stdout.split()
+    assert nice == str(os.getpriority(os.PRIO_PROCESS, 0))
+    assert session == ("0" if HAS_AUTOGROUPS else "-")  # a new session's autogroup, as the kernel made it
+
+
+def test_zero_never_touches_the_sessions_autogroup():
+    # Even where an autogroup is there to write, 0 neither reads nor writes it.
+    done = run_with_fake_autogroup("/autogroup-1 nice 0\n", 0, "None", nice=0)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "None", "0", "untouched"]
+
+
+def test_zero_starts_the_benchs_processes_without_the_wrapper():
+    from bench.launcher import priorities
+
+    assert set(priorities({"BACKGROUND_NICE": "0"}).values()) == {0}  # launcher: `if nice:` wraps
+    assert set(priorities({}).values()) == {DEFAULT_BACKGROUND_NICE}
 
 
 # A stand-in for /proc/self/autogroup, run in a session leader of its own: `lower` only touches the
@@ -78,11 +95,14 @@ from pilot_status.priority import lower
 
 class Autogroup:
     value = None
+    looked = False
     def __init__(self, shown, refusals, refusal):
         self.shown, self.refusals, self.refusal = shown, refusals, refusal
     def exists(self):
+        self.looked = True
         return True
     def read_text(self):
+        self.looked = True
         return self.shown
     def write_text(self, text):
         if self.refusals:
@@ -91,12 +111,12 @@ class Autogroup:
         self.value = text
 
 group = Autogroup({shown!r}, {refusals}, {refusal})
-print(lower(5, group), group.value, group.refusals)
+print(lower({nice}, group), group.value, group.refusals, "looked" if group.looked else "untouched")
 """
 
 
-def run_with_fake_autogroup(shown: str, refusals: int, refusal: str) -> subprocess.CompletedProcess[str]:
-    snippet = FAKE_AUTOGROUP.format(shown=shown, refusals=refusals, refusal=refusal)
+def run_with_fake_autogroup(shown: str, refusals: int, refusal: str, nice: int = 5) -> subprocess.CompletedProcess[str]:
+    snippet = FAKE_AUTOGROUP.format(shown=shown, refusals=refusals, refusal=refusal, nice=nice)
     return subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=30,
                           start_new_session=True)
 
@@ -105,20 +125,20 @@ def test_the_kernels_rate_limit_on_session_changes_is_waited_out():
     # An unprivileged user gets one autogroup change per 100 ms (EAGAIN), and honcho starts every process at once.
     done = run_with_fake_autogroup("/autogroup-1 nice 0\n", 2, 'BlockingIOError(11, "Resource temporarily unavailable")')
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "5", "0"]
+    assert done.stdout.split() == ["True", "5", "0", "looked"]
 
 
 def test_a_session_outside_any_autogroup_is_left_to_its_own_nice():
     # The kernel shows an empty file for a task in no autogroup (CI's runner was one); writing would mean nothing.
     done = run_with_fake_autogroup("", 0, "None")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "None", "0"]
+    assert done.stdout.split() == ["False", "None", "0", "looked"]
 
 
 def test_a_refused_session_change_still_runs_the_process_at_its_own_nice():
     done = run_with_fake_autogroup("/autogroup-1 nice 0\n", 1, 'PermissionError(1, "Operation not permitted")')
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "None", "0"]
+    assert done.stdout.split() == ["False", "None", "0", "looked"]
     assert "session priority left as it is" in done.stderr and "Operation not permitted" in done.stderr
 
 
