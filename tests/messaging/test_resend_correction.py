@@ -192,7 +192,7 @@ def test_a_wrong_number_fixed_then_resent_is_delivered(stack, simulator, alice, 
     assert entry.reason == "INVALID_RECIPIENT"
 
     answer = requests.post(f"{stack.web_url}/v1/dead-letters/{entry.pk}/resend", headers=headers, timeout=10,
-                           json={"to": CORRECTED})
+                           json={"to": CORRECTED})  # noqa: E501
 
     assert answer.status_code == 200, answer.text
     wait_until(lambda: Message.objects.filter(pk=message_id, status="READ").exists(), timeout=20, message="READ")
