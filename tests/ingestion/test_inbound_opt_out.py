@@ -176,5 +176,5 @@ def test_stop_over_both_channels_revokes_once_and_the_next_send_is_refused(stack
 
     # and a later UTILITY send is refused with opt_in_required, storing nothing
     answer = requests.post(f"{stack.web_url}/v1/messages/send", headers={"Authorization": f"Bearer {alice.live_key}"},
-                           json={"to": SENDER, "category": "UTILITY", "text": "Your order shipped"}, timeout=10)
+                           json={"to": SENDER, "category": "UTILITY", "text": "Your order shipped"}, timeout=30)
     assert answer.status_code == 422 and answer.json()["error"]["code"] == "opt_in_required"

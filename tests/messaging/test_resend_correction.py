@@ -182,8 +182,8 @@ def test_a_wrong_number_fixed_then_resent_is_delivered(stack, simulator, alice, 
     simulator.faults(alice_instance.name, not_on_whatsapp=[RECIPIENT.lstrip("+")])
     opt_ins.record(alice.project, RECIPIENT, "checkout")
     opt_ins.record(alice.project, CORRECTED, "support call")
-    headers = {"Authorization": f"Bearer {alice.live_key}"}
-    sent = requests.post(f"{stack.web_url}/v1/messages/send", headers=headers, timeout=10,
+    headers = {"Authorization": f"Bearer {alice.live_key}"}  # timeouts of 30 s: a cold web worker on a loaded host is slow to answer first
+    sent = requests.post(f"{stack.web_url}/v1/messages/send", headers=headers, timeout=30,
                          json={"to": RECIPIENT, "category": "UTILITY", "text": "Your order shipped"})
     assert sent.status_code == 202, sent.text
     message_id = sent.json()["id"]
@@ -191,8 +191,8 @@ def test_a_wrong_number_fixed_then_resent_is_delivered(stack, simulator, alice, 
                        message="the dead letter")
     assert entry.reason == "INVALID_RECIPIENT"
 
-    answer = requests.post(f"{stack.web_url}/v1/dead-letters/{entry.pk}/resend", headers=headers, timeout=10,
-                           json={"to": CORRECTED})  # noqa: E501
+    answer = requests.post(f"{stack.web_url}/v1/dead-letters/{entry.pk}/resend", headers=headers, timeout=30,
+                           json={"to": CORRECTED})
 
     assert answer.status_code == 200, answer.text
     wait_until(lambda: Message.objects.filter(pk=message_id, status="READ").exists(), timeout=20, message="READ")
