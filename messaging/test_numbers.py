@@ -64,3 +64,18 @@ def is_magic(to: str) -> bool:
 def scenario_for(environment: str, to: str) -> Scenario | None:
     """The outcome a message simulates: only a TEST message to a magic number; LIVE goes to Evolution."""
     return NUMBERS.get(to) if environment == Environment.TEST else None
+
+
+def describe() -> str:
+    """The magic numbers as Markdown, for the OpenAPI description of the send endpoint."""
+    rows = "\n".join(
+        f"| `{number}` | {scenario.name} | `{scenario.final}`{f' `{scenario.reason}`' if scenario.reason else ''} |"
+        for number, scenario in NUMBERS.items()
+    )
+    return (
+        "With a TEST key the recipient must be the project's test number or one of the TEST magic numbers, which "
+        "simulate an outcome without calling Evolution (same statuses, timeline and dead letters as the real "
+        "thing; an opt-in is needed as for any number; with a LIVE key they are ordinary numbers):\n\n"
+        "| to | simulates | ends |\n|---|---|---|\n" + rows
+    )
+

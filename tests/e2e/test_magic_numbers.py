@@ -127,3 +127,10 @@ def test_test_keys_still_refuse_other_numbers(magic, stack):
 def test_a_magic_number_needs_an_opt_in_like_any_other(stack, simulator, alice, alice_instance):
     answer = send(stack, alice.test_key, DELIVERED)
     assert answer.status_code == 422 and answer.json()["error"]["code"] == "opt_in_required"
+
+
+def test_the_openapi_schema_lists_the_magic_numbers(client):
+    schema = client.get("/v1/schema/", HTTP_ACCEPT="application/json").json()
+    description = schema["paths"]["/v1/messages/send"]["post"]["description"]
+    for number, scenario in test_numbers.NUMBERS.items():
+        assert number in description and scenario.name in description
