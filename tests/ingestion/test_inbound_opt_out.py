@@ -178,3 +178,23 @@ def test_stop_over_both_channels_revokes_once_and_the_next_send_is_refused(stack
     answer = requests.post(f"{stack.web_url}/v1/messages/send", headers={"Authorization": f"Bearer {alice.live_key}"},
                            json={"to": SENDER, "category": "UTILITY", "text": "Your order shipped"}, timeout=30)
     assert answer.status_code == 422 and answer.json()["error"]["code"] == "opt_in_required"
+
+
+@pytest.mark.parametrize("key, message", [
+    ({"remoteJid": 5511988887777, "fromMe": False}, {"conversation": "STOP"}),
+    ({"remoteJid": "abc@s.whatsapp.net", "fromMe": False}, {"conversation": "STOP"}),
+    ({"remoteJid": "9" * 40 + "@s.whatsapp.net", "fromMe": False}, {"conversation": "STOP"}),
+    ({"remoteJid": "1@lid", "fromMe": False, "remoteJidAlt": ["x"], "senderPn": {"a": 1}}, {"conversation": "STOP"}),
+    ({"remoteJid": "5511988887777:12@s.whatsapp.net", "fromMe": False}, {"extendedTextMessage": {"text": "Stop"}}),
+    ({"remoteJid": "5511988887777@s.whatsapp.net", "fromMe": "false"}, {"conversation": "STOP"}),
+    ({"remoteJid": "5511988887777@s.whatsapp.net", "fromMe": False}, {"conversation": "\ud800STOP\x00"}),
+    ({"remoteJid": "5511988887777@s.whatsapp.net", "fromMe": False}, {"conversation": "STOP" * 10_000}),
+    ({"remoteJid": "5511988887777@s.whatsapp.net", "fromMe": False}, {"extendedTextMessage": "STOP"}),
+    ("not a key", {"conversation": "STOP"}),
+])
+def test_odd_shapes_never_raise(alice, opted_in, key, message):
+    handlers_data = {"key": key, "message": message}
+    outcome = handlers._inbound(IngestionEvent(instance_name="alice-main", pk=1), handlers_data)
+    assert isinstance(outcome, str) and len(outcome) <= 40
+    # only the device-suffixed jid with a real keyword is a revocation
+    assert (live(alice) is None) == (outcome == opt_outs.REVOKED)
