@@ -28,6 +28,9 @@ class Scenario:
     receipts: tuple[str, ...] = ()  # Evolution's receipt statuses after a send, in order
     final: str = ""  # the status it ends in (documentation and tests)
     reason: str = ""  # its failureReason when it fails
+    # Instead of an answer: the instance is held as not connected (no attempt used) until deliverUntil,
+    # as a real disconnected instance's messages wait, and the next claim fails it EXPIRED.
+    holds: bool = False
 
 
 SENT = "sent"
@@ -44,8 +47,8 @@ INSTANCE_NOT_FOUND_SCENARIO = Scenario("instance not found", (INSTANCE_NOT_FOUND
 # Two transient answers (each uses an attempt and waits the retry schedule: about 5 s, then 15 s), then sent.
 FLAKY = Scenario("transient failures, then delivered", (UNAVAILABLE, UNAVAILABLE, SENT),
                  ("SERVER_ACK", "DELIVERY_ACK"), Status.DELIVERED)
-# Never answers well: retried on the schedule until deliverUntil passes (send it with a short one).
-EXPIRED = Scenario("expired", (UNAVAILABLE,), final=Status.FAILED, reason=FailureReason.EXPIRED)
+# Its instance never connects: held, no attempt used, until deliverUntil passes (send it with a short one).
+EXPIRED = Scenario("expired", (), final=Status.FAILED, reason=FailureReason.EXPIRED, holds=True)
 
 NUMBERS: dict[str, Scenario] = {
     "+12015550100": DELIVERED,

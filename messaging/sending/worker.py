@@ -122,6 +122,14 @@ def send_simulated(message: Message, token: uuid.UUID, scenario: test_numbers.Sc
     """A TEST message to a magic number: the simulated answer (sending.simulated) recorded by
     apply_outcome like a real one, then, once SENT, its receipts. No Evolution call, so neither its
     instance's state and circuits (routing) nor its send slot are asked, and no breaker is fed."""
+    if scenario.holds:
+        # As routing holds a message whose instance is not connected, but until deliverUntil at once: the
+        # claim after it fails the message EXPIRED (the real instance's state is not touched).
+        lifecycle.requeue(
+            message, token, message.deliver_until, EventKind.WAITING,
+            detail={"why": routing.NOT_CONNECTED, "instance": message.instance.name, "simulated": scenario.name},
+        )
+        return "held"
     started = timezone.now()
     outcome = simulated.answer(message, scenario)
     done = apply_outcome(message, token, message.instance, outcome, started)
