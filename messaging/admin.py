@@ -224,4 +224,4 @@ class MessageEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 class OptInAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("phone", "project", "source", "created_at", "revoked_at", "revoked_source", "revoked_reference")
     search_fields = ("phone",)
-    list_filter = ("project",)
+    list_filter = ("project", "revoked_source")

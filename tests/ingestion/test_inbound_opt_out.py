@@ -198,3 +198,9 @@ def test_odd_shapes_never_raise(alice, opted_in, key, message):
     assert isinstance(outcome, str) and len(outcome) <= 40
     # only the device-suffixed jid with a real keyword is a revocation
     assert (live(alice) is None) == (outcome == opt_outs.REVOKED)
+
+
+def test_admin_lists_revocations_by_source(alice, opted_in, admin_client):
+    ingest(inbound("STOP"))
+    page = admin_client.get("/admin/messaging/optin/?revoked_source=inbound_keyword")
+    assert page.status_code == 200 and SENDER.encode() in page.content and b"inbox:" in page.content
