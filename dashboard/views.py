@@ -164,8 +164,10 @@ def _back_to(entry: DeadLetter) -> HttpResponse:
 def resend_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> HttpResponse:
     entry = _dead_letter(_project(request, project_id), dead_letter_id)
     try:
+        correction = resend.check_correction(request.POST.get("to"), request.POST.get("instance"))
         done = resend.force_resend(
-            entry, _actor(request), confirm_maybe_delivered=request.POST.get("confirm_maybe_delivered") == "1"
+            entry, _actor(request), confirm_maybe_delivered=request.POST.get("confirm_maybe_delivered") == "1",
+            correction=correction,
         )
     except Rejected as refused:
         messages.error(request, f"Not resent: {refused.message} ({refused.code})")

@@ -19,8 +19,8 @@ from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from messaging import lifecycle, writes
-from messaging.models import FailureReason, Instance, Message, Status, progress_move
+from messaging import lifecycle, opt_outs, writes
+from messaging.models import DEFAULT_OPT_OUT_KEYWORDS, FailureReason, Instance, Message, Status, progress_move
 from messaging.prepared import prepared_cursor
 from messaging.sending import instance_state
 
@@ -219,8 +219,72 @@ def _effect(event: IngestionEvent) -> str:
         if instance is None:
             return "unknown_instance"
         return _connection(event, instance, data)
-    # messages.upsert, messages.delete, contacts.*, chats.*, ...: kept in the inbox, no effect.
+    if event.event == "messages.upsert":
+        return _inbound(event, data)
+    # messages.delete, contacts.*, chats.*, ...: kept in the inbox, no effect.
     return "stored"
+
+
+def _inbound(event: IngestionEvent, data: dict[str, Any]) -> str:
+    """A message someone wrote to one of our instances: an opt-out keyword revokes their opt-in
+    (messaging.opt_outs); anything else is only kept in the inbox."""
+    key = data.get("key")
+    if not isinstance(key, dict) or key.get("fromMe") is not False:
+        return "stored"  # our own sends (or typed on the phone) and odd shapes
+    text = inbound_text(data.get("message"))
+    if text is None:
+        return "stored"
+    phone, why = sender_phone(key, data)
+    if phone is None:
+        if why and opt_outs.could_be_keyword(text) and opt_outs.is_opt_out(text, DEFAULT_OPT_OUT_KEYWORDS + _project_keywords(event.instance_name)):
+            log.warning("opt-out keyword on %s not applied: %s (inbox %s)", event.instance_name, why, event.pk)
+            return "opt_out_sender_unknown"
+        return "stored"
+    return opt_outs.on_inbound(opt_outs.Inbound(event.instance_name, phone, text, f"inbox:{event.pk}"))
+
+
+def _project_keywords(instance_name: str) -> list[str]:
+    keywords = Instance.objects.filter(name=instance_name).values_list("project__opt_out_keywords", flat=True).first()
+    return list(keywords or [])
+
+
+def inbound_text(message: Any) -> str | None:
+    """The text of an inbound message (plain or extended), or None for media, reactions and the like."""
+    if not isinstance(message, dict):
+        return None
+    text = message.get("conversation")
+    if not isinstance(text, str):
+        extended = message.get("extendedTextMessage")
+        text = extended.get("text") if isinstance(extended, dict) else None
+    return text if isinstance(text, str) else None
+
+
+_PHONE_JID = "@s.whatsapp.net"
+
+
+def _jid_phone(jid: Any) -> str | None:
+    if not isinstance(jid, str) or not jid.endswith(_PHONE_JID):
+        return None
+    digits = jid[: -len(_PHONE_JID)].split(":", 1)[0]  # a device suffix `:NN` is not part of the number
+    return opt_outs.phone_from_digits(digits) if digits.isdigit() and len(digits) <= 15 else None
+
+
+def sender_phone(key: dict[str, Any], data: dict[str, Any]) -> tuple[str | None, str]:
+    """The sender's E.164 number from Evolution's jids, or None and why not.
+
+    `remoteJid` is `<digits>@s.whatsapp.net`, or in Evolution 2.3.7 / Baileys 7 an `@lid` id that says
+    nothing about the number: then `remoteJidAlt` or `senderPn` carry the phone jid when present."""
+    jid = key.get("remoteJid")
+    if isinstance(jid, str) and jid.endswith("@lid"):
+        for alt in (key.get("remoteJidAlt"), key.get("senderPn"), data.get("senderPn")):
+            phone = _jid_phone(alt)
+            if phone is not None:
+                return phone, ""
+        return None, f"the sender is {jid} (a LID) and no remoteJidAlt or senderPn gives its number"
+    if isinstance(jid, str) and not jid.endswith(_PHONE_JID):
+        return None, ""  # a group, a broadcast list, status@broadcast: not one person's consent
+    phone = _jid_phone(jid)
+    return (phone, "") if phone is not None else (None, f"the sender's jid {str(jid)[:80]!r} is not a valid number")
 
 
 def _message_for(event: IngestionEvent) -> Message | None:

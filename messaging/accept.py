@@ -59,7 +59,7 @@ IDEMPOTENCY_TTL = timedelta(hours=24)
 OUTBOX_CHANNEL = "outbox"
 
 _ERROR_TEXT = {
-    "test_recipient_not_allowed": (403, "TEST keys may only send to the project's test number."),
+    "test_recipient_not_allowed": (403, "TEST keys may only send to the project's test number or a TEST magic number."),
     "production_not_approved": (403, "This project is not approved for production sends yet."),
     "unknown_instance": (422, "That instance does not belong to this project."),
     "own_instance_required": (422, "MARKETING messages must go through one of your own instances."),

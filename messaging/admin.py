@@ -222,6 +222,6 @@ class MessageEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(OptIn)
 class OptInAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("phone", "project", "source", "created_at", "revoked_at")
+    list_display = ("phone", "project", "source", "created_at", "revoked_at", "revoked_source", "revoked_reference")
     search_fields = ("phone",)
-    list_filter = ("project",)
+    list_filter = ("project", "revoked_source")

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models import ExpressionWrapper, F, Q
@@ -108,11 +109,35 @@ def hash_secret(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+# An inbound message whose whole text is one of these (trimmed, case and accents ignored) revokes the
+# sender's opt-in for the project (messaging.opt_outs). Portuguese, Spanish and English, as the
+# carriers' and Twilio's STOP words, plus their usual Portuguese and Spanish counterparts.
+DEFAULT_OPT_OUT_KEYWORDS = [
+    "STOP", "STOP ALL", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "OPT OUT", "OPTOUT", "REVOKE",
+    "PARAR", "PARE", "SAIR", "CANCELAR", "DESCADASTRAR", "DESCADASTRE", "REMOVER",
+    "BAJA", "DAR DE BAJA", "DARSE DE BAJA", "CANCELAR SUSCRIPCION", "ANULAR SUSCRIPCION",
+]
+MAX_OPT_OUT_KEYWORDS = 50
+MAX_OPT_OUT_KEYWORD_LENGTH = 40
+
+
+def default_opt_out_keywords() -> list[str]:
+    return list(DEFAULT_OPT_OUT_KEYWORDS)
+
+
 class Project(models.Model):
     name = models.CharField(max_length=200)
     production_approved = models.BooleanField(default=False)
     test_number = models.CharField(max_length=20, help_text="E.164 number allowed in TEST")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="projects")
+    opt_out_keywords = ArrayField(
+        models.CharField(max_length=MAX_OPT_OUT_KEYWORD_LENGTH),
+        size=MAX_OPT_OUT_KEYWORDS,
+        default=default_opt_out_keywords,
+        blank=True,
+        help_text="Comma-separated. An inbound message whose whole text is one of these (case and accents "
+        "ignored) revokes the sender's opt-in for this project. Empty: inbound messages never revoke.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -268,6 +293,11 @@ class OptIn(models.Model):
     created_by = models.CharField(max_length=40, blank=True, default="")
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=40, blank=True, default="")
+    # How the consent ended: `api` (DELETE /v1/opt-ins), `inbound_keyword` (the recipient wrote an
+    # opt-out keyword: messaging.opt_outs), `admin`; and what showed it (`inbox:<inbox event id>`), so
+    # that an opt_in.revoked callback and a person can tell why.
+    revoked_source = models.CharField(max_length=40, blank=True, default="")
+    revoked_reference = models.CharField(max_length=80, blank=True, default="")
 
     objects = ProjectScopedQuerySet.as_manager()
 

@@ -8,6 +8,8 @@ from django.utils import timezone
 from . import rules
 from .models import ApiKey, OptIn, Project
 
+REVOKED_BY_API = "api"  # OptIn.revoked_source of DELETE /v1/opt-ins/{phone}
+
 
 def record(project: Project, phone: str, source: str, actor: ApiKey | None = None) -> OptIn:
     """Consent is idempotent: recording it again keeps the live row (and its first source)."""
@@ -33,7 +35,8 @@ def revoke(project: Project, raw_phone: str, actor: ApiKey | None = None) -> Opt
     if opt_in is None:
         return None
     OptIn.objects.filter(pk=opt_in.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), revoked_by=actor.display_prefix if actor else ""
+        revoked_at=timezone.now(), revoked_by=actor.display_prefix if actor else "",
+        revoked_source=REVOKED_BY_API if actor else "",
     )
     opt_in.refresh_from_db()
     return opt_in

@@ -87,13 +87,57 @@ def _lock(dead_letter: DeadLetter) -> DeadLetter:
     return locked
 
 
-def _send_request(message: Message, deliver_until: datetime) -> SendRequest:
+# A typed correction's bounds, the API's own (api.serializers: MAX_PHONE_LENGTH as written,
+# MAX_INSTANCE_NAME_LENGTH = the column): checked before anything is looked up.
+MAX_PHONE_LENGTH = 32
+MAX_INSTANCE_NAME_LENGTH = 100
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A corrected recipient and/or instance for a resend (the seeds' "the number was wrong, fixed,
+    then Force Resend"). None keeps the message's own; `to` must already be E.164."""
+
+    to: str | None = None
+    instance: str | None = None
+
+    def changes(self, message: Message) -> dict[str, dict[str, str | None]]:
+        """What this correction changes on the message, old → new (empty when it changes nothing)."""
+        changed: dict[str, dict[str, str | None]] = {}
+        if self.to is not None and self.to != message.to:
+            changed["to"] = {"old": message.to, "new": self.to}
+        if self.instance is not None and self.instance != (message.requested_instance or None):
+            changed["instance"] = {"old": message.requested_instance or None, "new": self.instance}
+        return changed
+
+
+NO_CORRECTION = Correction()
+
+
+def check_correction(to: str | None, instance: str | None) -> Correction:
+    """A correction as typed by a person (the dashboard): a number in international format, an
+    instance name within its bound; blank means "keep". Rejected 400 otherwise, before anything."""
+    fields: dict[str, list[str]] = {}
+    phone = None
+    if to is not None and to.strip():
+        phone = rules.normalize_phone(to) if len(to) <= MAX_PHONE_LENGTH else None
+        if phone is None:
+            fields["to"] = ["Not a valid phone number in international E.164 format (e.g. +5511999990000)."]
+    name = instance.strip() if instance is not None and instance.strip() else None
+    if name is not None and (len(name) > MAX_INSTANCE_NAME_LENGTH or not name.isprintable()):
+        fields["instance"] = [f"An instance name of at most {MAX_INSTANCE_NAME_LENGTH} printable characters."]
+    if fields:
+        raise Rejected(400, "invalid_request", "The correction is not valid.", {"fields": fields})
+    return Correction(to=phone, instance=name)
+
+
+def _send_request(message: Message, deliver_until: datetime, correction: Correction = NO_CORRECTION) -> SendRequest:
     return SendRequest(
-        to=message.to,
+        to=correction.to or message.to,
         category=message.category,
         template=message.template,
         variables=message.variables,
-        instance=message.requested_instance or None,
+        instance=correction.instance or message.requested_instance or None,
         deliver_until=deliver_until,
         priority=message.priority,
         metadata=message.metadata,
@@ -112,10 +156,13 @@ def check_deliver_until(category: str, deliver_until: datetime, now: datetime) -
 
 
 def force_resend(
-    dead_letter: DeadLetter, actor: str, deliver_until: datetime | None = None, confirm_maybe_delivered: bool = False
+    dead_letter: DeadLetter, actor: str, deliver_until: datetime | None = None, confirm_maybe_delivered: bool = False,
+    correction: Correction = NO_CORRECTION,
 ) -> Done:
     """FAILED → QUEUED with a fresh attempt budget and deliverUntil; the entry becomes RESENT.
 
+    A correction (a new `to` and/or `instance`) is judged by the whole funnel as the new request
+    (environment, instance, opt-in); the RESENT line records it, old → new, with the actor.
     Raises Rejected when the funnel refuses (nothing is changed then) or when the entry was
     dismissed, and ConfirmationRequired for a message that may have been delivered (OUTCOME_UNKNOWN)
     unless the caller confirms it. Resending an entry that is already resent returns ALREADY_RESENT.
@@ -136,9 +183,13 @@ def force_resend(
             raise ConfirmationRequired(entry)
         until = deliver_until or rules.deliver_until_for(message.category, now)
         check_deliver_until(message.category, until, now)
-        instance = check_funnel(message.project, message.environment, _send_request(message, until))
+        corrected = correction.changes(message)
+        request = _send_request(message, until, correction)
+        instance = check_funnel(message.project, message.environment, request)
         changed = Message.objects.filter(pk=message.pk, status=Status.FAILED).update(
             status=Status.QUEUED,
+            to=request.to,
+            requested_instance=request.instance or "",
             instance=instance,
             attempts=0,
             max_attempts=settings.SEND_MAX_ATTEMPTS,
@@ -178,6 +229,7 @@ def force_resend(
             instance=instance.name,
             deliverUntil=until.isoformat(),
             **({"confirmedMaybeDelivered": True} if maybe_delivered else {}),
+            **({"corrected": corrected} if corrected else {}),
         )
         enqueue(message, now)
         entry.refresh_from_db()

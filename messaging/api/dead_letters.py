@@ -21,7 +21,15 @@ from .. import cursors, resend
 from ..models import Category, DeadLetter, DeadLetterStatus, FailureReason
 from ..representations import dead_letter_body, message_body
 from . import schema
-from .serializers import PhoneField, StrictSerializer, given_params
+from .serializers import (
+    MAX_INSTANCE_NAME_LENGTH,
+    MAX_PHONE_LENGTH,
+    PhoneField,
+    StrictCharField,
+    StrictSerializer,
+    given_params,
+    storable,
+)
 
 
 class DeadLetterListQuerySerializer(StrictSerializer):
@@ -51,6 +59,20 @@ class ResendSerializer(StrictSerializer):
     # Required (true) for a message that may already have been delivered (OUTCOME_UNKNOWN): else 409
     # confirmation_required and nothing changes.
     confirmMaybeDelivered = serializers.BooleanField(required=False, default=False)
+    # A correction: the whole funnel judges the corrected request again (environment, instance,
+    # opt-in); a refusal answers its error and changes nothing. Absent or null: keep the message's own.
+    to = PhoneField(max_length=MAX_PHONE_LENGTH, required=False, allow_null=True, default=None,
+                    help_text="A corrected recipient (E.164); the timeline records old → new.")
+    instance = StrictCharField(max_length=MAX_INSTANCE_NAME_LENGTH, required=False, allow_null=True, default=None,
+                               help_text="A corrected instance name (one of the project's); old → new in the timeline.")
+
+    def validate_instance(self, value: str | None) -> str | None:
+        if value is not None and (problem := storable(value, "instance")):
+            raise serializers.ValidationError(problem)
+        return value
+
+    def correction(self) -> resend.Correction:
+        return resend.Correction(to=self.validated_data["to"], instance=self.validated_data["instance"] or None)
 
 
 class DismissSerializer(StrictSerializer):
@@ -146,6 +168,7 @@ class DeadLetterResendView(_DeadLetterActionView):
         done = resend.force_resend(
             entry, self.actor, params.validated_data["deliverUntil"],
             confirm_maybe_delivered=params.validated_data["confirmMaybeDelivered"],
+            correction=params.correction(),
         )
         return self.answer(done)
 

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from pilot_status import jsonbody
 from pilot_status.api import ClientApiView
 
-from .. import cursors, opt_ins, timeline
+from .. import cursors, opt_ins, test_numbers, timeline
 from ..accept import AnsweredBefore, accept_message, find_idempotent_answer, refuse_if_revoked
 from ..errors import Rejected
 from ..models import Instance, Message, OptIn
@@ -77,6 +77,7 @@ def _replay(record: Any, request_hash: str) -> Response:
 class SendMessageView(ClientApiView):
     @extend_schema(
         operation_id="send_message",
+        description=test_numbers.describe(),
         request=SendMessageSerializer,
         parameters=[schema.IDEMPOTENCY_KEY],
         responses=schema.responses(202, schema.AcceptedMessage, 400, 401, 403, 409, 413, 415, 422, 429),

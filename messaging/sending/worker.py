@@ -19,9 +19,9 @@ from psycopg_pool import PoolTimeout
 from pilot_status import metrics
 from pilot_status.database import checking_connection, release_while_waiting
 
-from .. import lifecycle, otp_window, writes
+from .. import lifecycle, otp_window, test_numbers, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
-from . import backoff, breaker, budget, evidence, gateway, instance_state, pacing, routing, typing_delay
+from . import backoff, breaker, budget, evidence, gateway, instance_state, pacing, routing, simulated, typing_delay
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,10 @@ def send_one(message_id: str) -> str:
         )
         return "failed"
 
+    scenario = test_numbers.scenario_for(message.environment, message.to)
+    if scenario is not None:
+        return send_simulated(message, token, scenario)
+
     route = routing.choose(message, token)
     if isinstance(route, routing.Hold):
         metrics.messages(f"held:{route.why.replace(' ', '_')}:{message.lane}")
@@ -125,6 +129,26 @@ def send_one(message_id: str) -> str:
         return done
     feed_breakers(instance, outcome)
     return apply_outcome(message, token, instance, outcome, started)
+
+
+def send_simulated(message: Message, token: uuid.UUID, scenario: test_numbers.Scenario) -> str:
+    """A TEST message to a magic number: the simulated answer (sending.simulated) recorded by
+    apply_outcome like a real one, then, once SENT, its receipts. No Evolution call, so neither its
+    instance's state and circuits (routing) nor its send slot are asked, and no breaker is fed."""
+    if scenario.holds:
+        # As routing holds a message whose instance is not connected, but until deliverUntil at once: the
+        # claim after it fails the message EXPIRED (the real instance's state is not touched).
+        lifecycle.requeue(
+            message, token, message.deliver_until, EventKind.WAITING,
+            detail={"why": routing.NOT_CONNECTED, "instance": message.instance.name, "simulated": scenario.name},
+        )
+        return "held"
+    started = timezone.now()
+    outcome = simulated.answer(message, scenario)
+    done = apply_outcome(message, token, message.instance, outcome, started)
+    if done == "sent":
+        simulated.receive_receipts(message, scenario)
+    return done
 
 
 def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> bool:

@@ -144,3 +144,34 @@ def test_another_projects_member_gets_404(stack, simulator, alice, carol, failin
     # and his own project's overview shows none of alice's data
     page.goto(f"{stack.web_url}/dashboard/")
     assert RECIPIENT not in page.content()
+
+
+def test_a_member_corrects_the_number_and_resends(stack, simulator, alice, bob, failing_recipient, browser_page):
+    """Issue 23 §2: the seeds' "the destination number was wrong, fixed, then Force Resend"."""
+    page = browser_page
+    corrected = "+5511977776666"
+    message_id = send(stack, alice, RECIPIENT)
+    entry = dead_letter_of(message_id)
+    log_in(page, stack, "bob", "bob-password-123")
+    page.goto(f"{stack.web_url}/dashboard/p/{alice.project.pk}/dead-letters/{entry.pk}/")
+
+    # a corrected number without an opt-in: the funnel refuses, nothing changes
+    page.locator("#resend-to").fill(corrected)
+    page.get_by_role("button", name="Force resend").click()
+    page.get_by_text("opt_in_required").wait_for()
+    assert DeadLetter.objects.get(pk=entry.pk).status == "OPEN"
+
+    # the customer records the consent, corrects the number again and resends
+    opt_ins.record(alice.project, corrected, "support call")
+    page.locator("#resend-to").fill("+55 11 97777-6666")
+    page.get_by_role("button", name="Force resend").click()
+
+    page.get_by_text("Resent.").wait_for()
+    page.locator("#message-status").get_by_text(re.compile("Delivered|Read")).wait_for(timeout=60_000)
+    page.get_by_text(re.compile(r"corrected to: .*→")).first.wait_for()
+    screenshot(page, "dead-letter-corrected")
+    message = Message.objects.get(pk=message_id)
+    assert message.to == corrected and message.status in ARRIVED
+    line = message.events.get(kind=EventKind.RESENT)
+    assert line.actor == "dashboard:bob" and line.detail["corrected"]["to"] == {"old": RECIPIENT, "new": corrected}
+    assert [s["number"] for s in simulator.sends(instance=failing_recipient.name)][-1] == corrected.lstrip("+")
