@@ -137,7 +137,14 @@ def hold_or_exit(service: Any, lock: BeatLock | None = None, err: Any = None) ->
     lock = lock or BeatLock(connection_params())
     database = str(settings.DATABASES["default"]["NAME"])
     err = err or sys.stderr
-    if not lock.acquire():
+    try:
+        acquired = lock.acquire()
+    except psycopg.Error as exc:
+        # Postgres away right now: start, but tick only once the lock is taken (the guard's first check).
+        log.warning("beat lock: Postgres unreachable at start-up (%s); no tick until the lock is taken", exc)
+        service.scheduler.tick = guarded_tick(service.scheduler.tick, lock, database, err)
+        return lock
+    if not acquired:
         message = refusal(lock.holder(), database)
         log.critical(message)
         err.write(message + "\n")

@@ -145,7 +145,12 @@ def _start_worker_heartbeat(sender: Any = None, **kwargs: Any) -> None:
 def _hold_the_beat_lock(sender: Any = None, **kwargs: Any) -> None:
     from pilot_status import beat_lock
 
-    beat_lock.hold_or_exit(sender)
+    try:
+        beat_lock.hold_or_exit(sender)
+    except Exception as exc:
+        # Celery's signal dispatch logs a receiver's exception and goes on: a beat whose lock could not
+        # be set up would run unguarded. Fail closed instead (SystemExit is not caught there).
+        raise SystemExit(f"beat: the one-beat lock could not be set up ({exc!r}); exiting") from exc
 
 
 @beat_init.connect

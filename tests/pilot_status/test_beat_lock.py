@@ -129,3 +129,20 @@ def test_a_beat_whose_connection_dropped_takes_the_lock_again_when_nobody_else_h
         assert lock_holder_pid() not in (None, lost)
     finally:
         mine.close()
+
+
+def test_a_beat_started_while_postgres_is_away_ticks_only_once_it_holds_the_lock(transactional_db: Any) -> None:
+    from types import SimpleNamespace
+
+    ticks: list[int] = []
+    service = SimpleNamespace(scheduler=SimpleNamespace(tick=lambda: ticks.append(1) or 5.0))
+    reachable = beat_lock.connection_params()
+    lock = beat_lock.BeatLock({**reachable, "host": "127.0.0.1", "port": processes.free_port(), "connect_timeout": 1})
+    try:
+        beat_lock.hold_or_exit(service, lock=lock, err=io.StringIO())
+        assert service.scheduler.tick() == beat_lock.CHECK_EVERY_SECONDS and ticks == []
+        lock.params = reachable  # Postgres is back
+        assert service.scheduler.tick() == 5.0 and ticks == [1]
+        assert lock_holder_pid() is not None
+    finally:
+        lock.close()
