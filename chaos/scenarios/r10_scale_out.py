@@ -253,7 +253,7 @@ def run(ctx: Context) -> dict[str, Any]:
             process.stop()
     figures = {
         "sends": len(a_out) + len(alone_ids) + len(behind_ids),
-        "answers": answers(a_out),
+        "a_http_answers": answers(a_out),  # C's batches are bulk-accepted
         "accepted_per_web_pool": {("web" if u == ctx.stack.web_url else "web-2"): n for u, n in per_url.items()},
         "queue_consumers": consumers,
         "relay_heartbeats": heartbeats_of_relays,
