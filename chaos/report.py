@@ -22,6 +22,8 @@ HEADLINE = {
     "R7": ("kills", "lost", "duplicate_accepted_sends", "statuses_applied_twice", "final"),
     "R8": ("messages", "answers", "answers_lost_after_send", "answers_lost_before_send", "sent_or_later_reached_once", "wrong",
            "ends", "lost"),
+    "R10": ("sends", "lost", "duplicate_sendtext_calls", "queue_consumers", "accepted_per_web_pool",
+            "inbox_rows_by_channel", "fairness_ratio"),
     "S1": ("operations", "server_error_findings", "outside_schema_findings", "exit_code"),
     "S2": ("calls", "answered_as_expected", "a_unchanged"),
     "S3": ("calls", "answered_401", "inbox_rows_added", "target_status_after"),
@@ -30,6 +32,11 @@ HEADLINE = {
     "S6": ("requests", "server_errors", "max_growth_mb", "over_bound", "workers_replaced", "workers"),
     "S7": ("examples", "server_errors", "distinct_failures", "statuses"),
 }
+
+
+def _row_order(name: str) -> tuple[str, int]:
+    """R1, R2, …, R10: rows by letter, then by number (a plain sort puts R10 before R2)."""
+    return name[0], int(name[1:]) if name[1:].isdigit() else 0
 
 
 def _fmt(value: Any) -> str:
@@ -62,7 +69,7 @@ def render(results: dict[str, Any]) -> str:
         "| id | fault | must show | figures from this run | result |",
         "|---|---|---|---|---|",
     ]
-    for name in sorted(sc):
+    for name in sorted(sc, key=_row_order):
         r = sc[name]
         figs = r.get("figures", {})
         shown = "; ".join(f"{k}: {_fmt(figs[k])}" for k in HEADLINE.get(name, ()) if k in figs)
@@ -73,7 +80,7 @@ def render(results: dict[str, Any]) -> str:
               f"machine and the servers); database `{results.get('database')}`; stack logs in `{results.get('log_dir')}`.", "", "Sizes: `" + json.dumps(results.get("sizes", {})) + "` "
               "(chaos/sizes.py; `--set name=value` or env `CHAOS_<NAME>`).", ""]
     lines += ["## Details", ""]
-    for name in sorted(sc):
+    for name in sorted(sc, key=_row_order):
         r = sc[name]
         lines += [f"### {name} — {'pass' if r.get('passed') else 'FAIL'} ({r.get('elapsed_s', '?')} s)", ""]
         figs = dict(r.get("figures", {}))

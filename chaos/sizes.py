@@ -35,6 +35,13 @@ class Sizes:
     r7_kills: int = 2
     # R8: sends with every fifth answer lost after the send and every fifth other one before
     r8_messages: int = 2000
+    # R10: two of every scalable process; sends in all (C's two runs included), C's per run (more than the
+    # stack's burst of 50, so that C's own pace bounds "C alone", as B's in bench B6), the pace of each of
+    # A's instances and of C's one
+    r10_messages: int = 5000
+    r10_c_messages: int = 200
+    r10_a_rate: float = 10.0
+    r10_c_rate: float = 10.0
     # S1: schemathesis examples per operation
     s1_examples: int = 40
     # S6: unauthenticated junk requests against both pools, and the RSS growth each worker may show
@@ -61,6 +68,7 @@ SMOKE = Sizes(
     r6_per_case=1, r6_burst=2,
     r7_messages=40, r7_kills=1,
     r8_messages=40,
+    r10_messages=300, r10_c_messages=70, r10_a_rate=5.0, r10_c_rate=5.0,
     s1_examples=5,
     s6_requests=300, s6_warmup=100,
     s7_examples=12, s7_budget_s=120.0,

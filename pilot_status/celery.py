@@ -139,6 +139,20 @@ def _start_worker_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     heartbeats.beat_in_background(f"worker:{name}")
 
 
+# One beat per database (pilot_status.beat_lock): a second beat exits here, before its heartbeat, with a
+# message naming the one that holds the lock. Connected first: receivers run in the order they connect.
+@beat_init.connect
+def _hold_the_beat_lock(sender: Any = None, **kwargs: Any) -> None:
+    from pilot_status import beat_lock
+
+    try:
+        beat_lock.hold_or_exit(sender)
+    except Exception as exc:
+        # Celery's signal dispatch logs a receiver's exception and goes on: a beat whose lock could not
+        # be set up would run unguarded. Fail closed instead (SystemExit is not caught there).
+        raise SystemExit(f"beat: the one-beat lock could not be set up ({exc!r}); exiting") from exc
+
+
 @beat_init.connect
 def _start_beat_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     from pilot_status import heartbeats

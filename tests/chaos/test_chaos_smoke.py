@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# service stop, SIGKILL, web restart, gateway, lost answers, and every abuse row
-SUBSET = ("R1", "R4", "R5", "R6", "R8", "S1", "S2", "S3", "S4", "S5")
+# service stop, SIGKILL, web restart, gateway, lost answers, scale-out, and every abuse row
+SUBSET = ("R1", "R4", "R5", "R6", "R8", "R10", "S1", "S2", "S3", "S4", "S5")
 
 # A whole harness run in a subprocess (its own stack, at smoke sizes): about 2.5 minutes on an idle 2-core
 # machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
@@ -110,3 +110,12 @@ def test_lost_answers_never_send_a_message_twice_nor_report_an_unsent_one_sent(r
     figures = row(run, "R8")
     assert figures["answers_lost_after_send"] + figures["answers_lost_before_send"] > 0
     assert figures["wrong"] == 0 and figures["lost"] == 0
+
+
+def test_two_of_every_scalable_process_lose_nothing_send_nothing_twice_and_stay_fair(run):
+    figures = row(run, "R10")
+    assert all(n >= 2 for n in figures["queue_consumers"].values()) and figures["relay_heartbeats"] >= 2
+    assert len(figures["accepted_per_web_pool"]) == 2
+    assert figures["inbox_rows_by_channel"]["WEBHOOK"] > 0 and figures["inbox_rows_by_channel"]["RABBITMQ"] > 0
+    assert figures["lost"] == 0 and figures["duplicate_sendtext_calls"] == 0
+    assert figures["fairness_ratio"] <= 2.0

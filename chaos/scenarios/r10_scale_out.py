@@ -1,0 +1,282 @@
+"""R10: scale-out. Two of every process that scales horizontally, side by side on one database and one
+broker: two relays (both over every lane), two RabbitMQ consumers, two sets of lane workers (otp,
+utility, marketing; distinct Celery node names) and two web pools. The client's sends alternate between
+the two pools; half the instances send their webhooks to each pool, and each consumer forwards to its
+own pool, so receipts arrive on both channels at both pools. Project C's two batches are accepted with
+bench B6's bulk accept, A's blast through the two pools.
+
+Must show: 0 lost, 0 duplicate sendText (the simulator logs every call, one text per message), and
+fairness between two projects as bench B6 measures it (docs/scaling.md): project C's p99 wait
+(sent_at - created_at, MARKETING) while project A's blast is backlogged is at most twice C's p99 wait
+alone, on the same two-of-everything stack. A's blast is accepted while both relays are stopped (they
+start again right before C sends), so that C finds A's backlog in the outbox however fast a loaded host
+accepts. A's instances are paced at `r10_a_rate` per second each; C's one instance at `r10_c_rate`, and C
+sends more than the stack's burst (SEND_RATE_BURST), so that, as B's in B6, C's own pace bounds "C alone"
+(with no pace to wait for, C alone is a fraction of a second and the ratio would measure the host's load).
+
+The extra copies are started here with tests.support.processes.Process and the argv of the stack's own
+copy (the second lane workers with another node name, the second web pool on another port); they are
+stopped when the row ends, so the stack goes on as the single-copy deployment for the next rows.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..context import ACKS_DELIVERED, Context, Sent, wait_for
+from .common import answers, duplicate_sends
+
+FAULT = "two of every scalable process (relays, consumers, lane worker sets, web pools); {n} sends, receipts on both channels"
+MUST = "0 lost; 0 duplicate sendText; C's p99 wait behind A's blast ≤ 2× C alone (B6)"
+TARGET_RATIO = 2.0
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(0, math.ceil(pct / 100 * len(ordered)) - 1)
+    return ordered[rank]
+
+
+def start_second_copies(ctx: Context) -> dict[str, Any]:
+    """relay-2, consumer-2 (forwarding to web-2), worker-<lane>-2 and web-2: {name: Process} plus web-2's URL."""
+    from tests.support.processes import LANES, Process, free_port, log_size, wait_for_log, wait_for_port
+
+    stack = ctx.stack
+    port = free_port()
+    web2_url = f"http://127.0.0.1:{port}"
+    web2_argv = list(stack.processes["web"].argv)
+    web2_argv[web2_argv.index("-b") + 1] = f"127.0.0.1:{port}"
+    env2 = {**stack.env, "PORT": str(port), "INTERNAL_WEBHOOK_URL": f"{web2_url}/api/internal/webhook"}
+    copies: dict[str, Any] = {
+        "web-2": Process("web-2", web2_argv, env2),
+        "relay-2": Process("relay-2", list(stack.processes["relay"].argv), env2),
+        "consumer-2": Process("consumer-2", list(stack.processes["consumer"].argv), env2),
+    }
+    for lane in LANES:
+        worker = stack.lane_worker(lane)
+        copies[f"worker-{lane}-2"] = Process(
+            f"worker-{lane}-2", [sys.executable, "-m", "celery", *worker.celery_args(hostname=f"{lane}@r10-second")],
+            {**env2, **worker.env()})
+    offsets = {name: log_size(p.log) for name, p in copies.items()}
+    for process in copies.values():
+        process.start()
+    wait_for_port(port, proc=copies["web-2"].proc)
+    for lane in LANES:
+        p = copies[f"worker-{lane}-2"]
+        wait_for_log(p.log, "ready.", proc=p.proc, start_at=offsets[p.name])
+    wait_for_log(copies["consumer-2"].log, "Connected to amqp", proc=copies["consumer-2"].proc,
+                 start_at=offsets["consumer-2"])
+    return {"processes": copies, "web2_url": web2_url}
+
+
+def queue_consumers() -> dict[str, int]:
+    """Consumers RabbitMQ counts on each lane queue and on Evolution's ingest queue (two of each expected)."""
+    from django.conf import settings
+    from kombu import Connection
+
+    from ingestion.consumer import queue_names
+    from pilot_status.celery import LANES, app
+
+    counts: dict[str, int] = {}
+    with app.connection_for_write() as conn:
+        for lane in LANES:
+            channel: Any = conn.channel()
+            try:
+                counts[lane] = channel.queue_declare(lane, passive=True).consumer_count
+            finally:
+                channel.close()
+    ingest = queue_names().work
+    with Connection(settings.EVOLUTION_RABBITMQ_URL or settings.CELERY_BROKER_URL) as conn:
+        channel = conn.channel()
+        try:
+            counts["ingest"] = channel.queue_declare(ingest, passive=True).consumer_count
+        finally:
+            channel.close()
+    return counts
+
+
+def relay_heartbeats() -> int:
+    from pilot_status import heartbeats
+
+    return sum(1 for beat in heartbeats.processes() if str(beat.get("process", "")).startswith("relay"))
+
+
+def waits(ids: list[str], timeout: float) -> dict[str, Any]:
+    """B6's measure: each message's sent_at - created_at; one never sent counts as an infinite wait."""
+    from messaging.models import Message
+
+    wait_for(lambda: Message.objects.filter(pk__in=ids, sent_at__isnull=False).count() >= len(ids), timeout, 0.25)
+    rows = Message.objects.filter(pk__in=ids).values_list("created_at", "sent_at")
+    values = [(sent - created).total_seconds() if sent else math.inf for created, sent in rows]
+    return {"count": len(values), "sent": sum(1 for v in values if v != math.inf),
+            "p50_s": round(_percentile(values, 50), 3), "p99_s": round(_percentile(values, 99), 3)}
+
+
+def c_batch(tenant: Any, n: int, tag: str) -> list[str]:
+    """n MARKETING messages of project C through its one instance, accepted at once (bench B6's bulk
+    accept: the funnel's checks, then the rows and outbox entries in one transaction)."""
+    from bench.backlog import bulk_accept, live_key
+
+    return bulk_accept(tenant.project, live_key(tenant.project), tenant.recipients, n, "MARKETING",
+                       text=tag + " {{n}}", instances=[tenant.instance.name])
+
+
+def lane_task_errors(offsets: dict[Any, int]) -> dict[str, int]:
+    """Send tasks that raised during the row, by exception text, from the lane workers' logs (a task that
+    raises before its claim leaves its message to the reconciler: chaos/findings.md, 11)."""
+    errors: Counter[str] = Counter()
+    for log, start in offsets.items():
+        with open(log, "rb") as handle:
+            handle.seek(start)
+            for line in handle.read().decode(errors="replace").splitlines():
+                if "raised unexpected:" in line:
+                    errors[line.split("raised unexpected:", 1)[1].strip()[:80]] += 1
+    return dict(errors)
+
+
+def send_alternating(ctx: Context, urls: list[str], n: int, tag: str, tenant: Any, pool: list[Any],
+                     category: str, per_url: Counter[str]) -> list[Sent]:
+    """n sends by `sizes.senders` threads, alternating between the web pools (per_url counts the 202s)."""
+    lock = threading.Lock()
+
+    def one(i: int) -> Sent:
+        base = urls[i % len(urls)]
+        result = _send_to(ctx, base, tenant.recipients[i % len(tenant.recipients)], f"{tag} #{i}", category,
+                          pool[i % len(pool)].name, tenant.live_key)
+        if result.status == 202:
+            with lock:
+                per_url[base] += 1
+        return result
+
+    with ThreadPoolExecutor(ctx.sizes.senders) as ex:
+        return list(ex.map(one, range(n)))
+
+
+def _send_to(ctx: Context, base: str, to: str, text: str, category: str, instance: str, key: str) -> Sent:
+    import uuid
+
+    import requests
+
+    body = {"to": to, "category": category, "text": text, "instance": instance}
+    headers = {"Authorization": f"Bearer {key}", "Idempotency-Key": uuid.uuid4().hex}
+    for attempt in range(1, 4):
+        try:
+            r = ctx.session().post(f"{base}/v1/messages/send", json=body, timeout=15, headers=headers)
+        except requests.RequestException as exc:
+            if attempt == 3:
+                return Sent(0, {"exception": type(exc).__name__}, to, text, time.monotonic(), attempt)
+            time.sleep(1.0)
+            continue
+        try:
+            payload = r.json()
+        except ValueError:
+            payload = {"raw": r.text[:200]}
+        return Sent(r.status_code, payload, to, text, time.monotonic(), attempt)
+    raise AssertionError("unreachable")
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    from django.db.models import Count
+
+    from ingestion.models import IngestionEvent
+    from messaging.models import Instance, Message
+    from tests.support.processes import log_size, wait_for_log
+
+    s = ctx.sizes
+    world = ctx.world
+    a_instances = [world.a.instance, *world.a.fleet]
+    started = start_second_copies(ctx)
+    copies, web2_url = started["processes"], started["web2_url"]
+    lane_logs = [p.log for name, p in [*ctx.stack.processes.items(), *copies.items()] if name.startswith("worker-")]
+    log_offsets = {log: log_size(log) for log in lane_logs}
+    urls = [ctx.stack.web_url, web2_url]
+    try:
+        ctx.fresh(ACKS_DELIVERED)
+        # Half the instances post their webhooks to each pool (ctx.fresh registered them all on web).
+        for n, instance in enumerate(ctx.world.instances()):
+            base = urls[n % 2]
+            ctx.sim.register(instance, f"{base}/api/internal/webhook", token=f"TOKEN-{instance.name}".upper())
+            ctx.sim.faults(instance.name, ack_delays_ms=ACKS_DELIVERED)
+        Instance.objects.filter(pk__in=[i.pk for i in a_instances]).update(send_rate_per_second=s.r10_a_rate)
+        Instance.objects.filter(pk=world.c.instance.pk).update(send_rate_per_second=s.r10_c_rate)
+        consumers = queue_consumers()
+        per_url: Counter[str] = Counter()
+
+        # C alone, on the two-of-everything stack: the baseline of its wait. C's batches are accepted at once
+        # with bench B6's bulk accept (on a loaded host the API would take longer to accept them than C's
+        # pace to send them, and C would never wait for anything).
+        alone_ids = c_batch(world.c, s.r10_c_messages, "r10-c-alone")
+        alone = waits(alone_ids, s.drain_s)
+
+        # A's blast (MARKETING over its whole fleet) is accepted while both relays are stopped, so that the
+        # backlog waits in the outbox however fast a loaded host accepts (bench B6 builds it with the bulk
+        # accept path); both relays start again and C sends at once, behind A's backlog.
+        a_count = s.r10_messages - 2 * s.r10_c_messages
+        relays = [ctx.stack.processes["relay"], copies["relay-2"]]
+        for relay in relays:
+            relay.stop()
+        a_out = send_alternating(ctx, urls, a_count, "r10-a", world.a, a_instances, "MARKETING", per_url)
+        a_backlog = Message.objects.filter(project=world.a.project, sent_at__isnull=True).count()
+        offsets = {relay.name: log_size(relay.log) for relay in relays}
+        for relay in relays:
+            relay.start()
+        for relay in relays:  # C's wait must not include a relay's start-up
+            wait_for_log(relay.log, "relay started", proc=relay.proc, start_at=offsets[relay.name], timeout=120)
+        behind_ids = c_batch(world.c, s.r10_c_messages, "r10-c-behind")
+        behind = waits(behind_ids, s.drain_s)
+        a_sent_meanwhile = a_count - Message.objects.filter(project=world.a.project, sent_at__isnull=True).count()
+        heartbeats_of_relays = relay_heartbeats()
+
+        ids = [*alone_ids, *(x.id for x in a_out if x.id), *behind_ids]
+        state = ctx.drain(ids, timeout=max(s.drain_s, a_count / max(1.0, s.r10_a_rate * len(a_instances)) * 2))
+        texts = set(Message.objects.filter(pk__in=ids).values_list("text", flat=True))
+        groups = ctx.sends_by_text()
+        dup = duplicate_sends(groups, texts)
+        never_sent = sum(1 for t in texts if t not in groups)
+        channels = dict(IngestionEvent.objects.values_list("channel").annotate(n=Count("id")))
+        alive = {name: p.alive() for name, p in copies.items()}
+        task_errors = lane_task_errors(log_offsets)
+        ratio = behind["p99_s"] / alone["p99_s"] if alone["p99_s"] else math.nan
+    finally:
+        Instance.objects.filter(pk__in=[*(i.pk for i in a_instances), world.c.instance.pk]).update(send_rate_per_second=None)
+        if not ctx.stack.processes["relay"].alive():  # the next rows need the stack's own relay
+            ctx.stack.processes["relay"].start()
+        for process in copies.values():
+            process.stop()
+    figures = {
+        "sends": len(a_out) + len(alone_ids) + len(behind_ids),
+        "a_http_answers": answers(a_out),  # C's batches are bulk-accepted
+        "accepted_per_web_pool": {("web" if u == ctx.stack.web_url else "web-2"): n for u, n in per_url.items()},
+        "queue_consumers": consumers,
+        "relay_heartbeats": heartbeats_of_relays,
+        "second_copies_alive_at_end": all(alive.values()),
+        "lost": state["lost"],
+        "final": state["by_status"],
+        "duplicate_sendtext_calls": dup["extra_calls"],
+        "duplicate_accepted_sends": dup["extra_accepted_sends"],
+        "accepted_but_never_sent": never_sent,
+        "inbox_rows_by_channel": channels,
+        "lane_task_errors": task_errors,
+        "a_backlog_when_c_sent": a_backlog,
+        "a_sent_while_c_waited": a_sent_meanwhile,
+        "c_alone": alone,
+        "c_behind_a": behind,
+        "fairness_ratio": round(ratio, 2) if not math.isnan(ratio) else None,
+        "drain_s": state["drain_s"],
+    }
+    passed = (all(x.id for x in a_out) and state["lost"] == 0 and dup["extra_calls"] == 0
+              and all(v >= 2 for v in consumers.values()) and all(alive.values())
+              and channels.get("WEBHOOK", 0) > 0 and channels.get("RABBITMQ", 0) > 0
+              and behind["sent"] == behind["count"] and not math.isnan(ratio) and ratio <= TARGET_RATIO)
+    notes = [f"both relays stopped while A's blast was accepted, started again right before C sent; A's "
+             f"{len(a_instances)} instances paced at {s.r10_a_rate:g}/s each, C's one at {s.r10_c_rate:g}/s"]
+    return {"passed": passed, "fault": FAULT.format(n=s.r10_messages), "must": MUST, "figures": figures,
+            "notes": notes}
