@@ -13,6 +13,7 @@ urlpatterns = [
         name="docs",
     ),
     path("v1/", include("messaging.api.urls")),
+    path("v1/", include("callbacks.api.urls")),
     # Evolution's webhook and the counters (ingestion/urls.py); the webhook pool serves only these.
     *internal_urlpatterns,
     path("admin/", admin.site.urls),

@@ -1,0 +1,339 @@
+"""The relay pass's first half: deliveries written from rows that are already durable.
+
+A status change is committed with its timeline line (messaging.writes.compare_and_set: one
+statement), an inbound message with its inbox row, a revocation with its opt-in row. Deliveries are
+derived from those rows afterwards, so the hot paths (accept, compare-and-set) write nothing more
+than they did (bench B3), and a change that committed has its line: nothing is lost between the two.
+
+Safe to run twice: one delivery per (endpoint, source row) (`one_delivery_per_source`, ON CONFLICT DO
+NOTHING), and the cursor only says where reading may start.
+
+Late commits. A timeline id is taken when the row is written, not when it commits, so a reader that
+sees id 51 may later see 50 appear. The cursor therefore moves in two steps: a pass reads every
+visible row past `position`, then remembers the highest id it read together with the snapshot's
+`xmax` (the first transaction id not yet finished when it looked). Only once every transaction
+below that `xmax` has finished (`pg_snapshot_xmin` of a later snapshot reached it) does `position`
+move to that id: by then every row with a smaller id has either committed (and been read) or never
+will. Until then the same rows are read again, and the unique key keeps them from counting twice.
+Opt-in revocations are updates, so their cursor is a time (`revoked_at`), kept CALLBACKS_SKEW behind
+for the clocks of the processes that write it, with the same two-step rule.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any, Callable, Iterable
+
+from django.db import connection
+from django.utils import timezone
+
+from messaging.models import EventKind, Status
+
+from .models import Delivery, EventType, RelayCursor, WebhookEndpoint
+
+BATCH = 1000
+SKEW = timedelta(seconds=60)
+# The timeline lines that are a change of status a customer sees. SENDING is ours (a claim), so it
+# has no callback; QUEUED comes back with a force resend.
+STATUS_KINDS = (EventKind.STATUS, EventKind.FAILED, EventKind.RESENT)
+_PHONE_JID = re.compile(r"^(\d{6,20})@s\.whatsapp\.net$")
+
+
+@dataclass
+class Derived:
+    status: int = 0
+    inbound: int = 0
+    opt_outs: int = 0
+
+
+def run(budget_seconds: float = 2.0) -> Derived:
+    """One pass over the three sources, within its time budget (the next pass goes on)."""
+    done = Derived()
+    deadline = time.monotonic() + budget_seconds
+    if not WebhookEndpoint.objects.filter(enabled=True).exists():
+        # Nothing to write, but the cursors still move, so that an endpoint created later starts
+        # from its creation and not from the start of the tables.
+        _skip_to_end()
+        return done
+    done.status = _by_id("timeline", _status_rows, _status_deliveries, deadline)
+    done.inbound = _by_id("inbox", _inbound_rows, _inbound_deliveries, deadline)
+    done.opt_outs = _opt_outs(deadline)
+    return done
+
+
+# --- the two-step cursor ------------------------------------------------------------------------
+
+
+def _snapshot_xmax() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+        return int(cursor.fetchone()[0])
+
+
+def _all_finished_below(xmax: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= %s", [xmax])
+        return bool(cursor.fetchone()[0])
+
+
+def _cursor(name: str) -> RelayCursor:
+    cursor, _ = RelayCursor.objects.get_or_create(name=name)
+    return cursor
+
+
+def _settle(cursor: RelayCursor) -> None:
+    """Move `position` to the remembered id once every transaction that could still write below it
+    has finished."""
+    if cursor.pending_xmax is not None and _all_finished_below(cursor.pending_xmax):
+        cursor.position = max(cursor.position, cursor.pending_position)
+        cursor.pending_xmax = None
+        cursor.save(update_fields=["position", "pending_position", "pending_xmax", "updated_at"])
+
+
+Rows = list[tuple[Any, ...]]
+
+
+def _by_id(
+    name: str,
+    read: Callable[[int], tuple[Rows, int | None]],
+    write: Callable[[Rows], int],
+    deadline: float,
+) -> int:
+    cursor = _cursor(name)
+    written = 0
+    while True:
+        _settle(cursor)
+        rows, last_id = read(cursor.position)
+        written += write(rows)
+        if last_id is None:
+            return written  # nothing past position
+        cursor.pending_position = last_id
+        cursor.pending_xmax = _snapshot_xmax()
+        cursor.save(update_fields=["pending_position", "pending_xmax", "updated_at"])
+        # Usually the writers that were in flight finish within milliseconds: wait a little for
+        # them, then go on from the new position; else the next pass does.
+        for _ in range(5):
+            if _all_finished_below(cursor.pending_xmax) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if time.monotonic() > deadline or not _all_finished_below(cursor.pending_xmax):
+            return written
+
+
+def _skip_to_end() -> None:
+    with connection.cursor() as db:
+        db.execute("SELECT coalesce(max(id), 0) FROM messaging_messageevent")
+        timeline = int(db.fetchone()[0])
+        db.execute("SELECT coalesce(max(id), 0) FROM evolution_ingestion_events")
+        inbox = int(db.fetchone()[0])
+    xmax = _snapshot_xmax()
+    for name, last in (("timeline", timeline), ("inbox", inbox)):
+        cursor = _cursor(name)
+        _settle(cursor)
+        if last > cursor.position:
+            cursor.pending_position, cursor.pending_xmax = last, xmax
+            cursor.save(update_fields=["pending_position", "pending_xmax", "updated_at"])
+    opt_ins = _cursor("opt_ins")
+    _settle_time(opt_ins)
+    if opt_ins.pending_xmax is None:
+        opt_ins.pending_position, opt_ins.pending_xmax = _micros(timezone.now() - SKEW), xmax
+        opt_ins.save(update_fields=["pending_position", "pending_xmax", "updated_at"])
+
+
+# --- message.status -------------------------------------------------------------------------------
+
+_STATUS_READ = """
+    SELECT e.id, e.kind, m.id, m.project_id, m."to", m.metadata,
+           CASE WHEN e.kind = ANY(%(kinds)s) THEN e.detail END, e.created_at
+    FROM messaging_messageevent e JOIN messaging_message m ON m.id = e.message_id
+    WHERE e.id > %(after)s
+    ORDER BY e.id
+    LIMIT %(batch)s
+"""
+
+
+def _status_rows(after: int) -> tuple[list[tuple[Any, ...]], int | None]:
+    with connection.cursor() as cursor:
+        cursor.execute(_STATUS_READ, {"after": after, "kinds": [str(k) for k in STATUS_KINDS], "batch": BATCH})
+        rows = cursor.fetchall()
+    last = rows[-1][0] if rows else None
+    return [row for row in rows if row[1] in STATUS_KINDS], last
+
+
+def status_payload(event_id: int, kind: str, message_id: Any, to: str, metadata: Any, detail: dict[str, Any], at: datetime) -> dict[str, Any]:
+    if kind == EventKind.FAILED:
+        status, reason = Status.FAILED.value, str(detail.get("reason") or "")
+    elif kind == EventKind.RESENT:
+        status, reason = Status.QUEUED.value, ""
+    else:
+        status, reason = str(detail.get("status") or ""), ""
+    return {
+        "type": EventType.MESSAGE_STATUS.value,
+        "timestamp": at.isoformat(),
+        "data": {
+            "messageId": str(message_id),
+            "status": status,
+            "statusAt": at.isoformat(),
+            # The timeline line's id: it grows with every change of one message, so a receiver
+            # keeps the highest it has seen and drops a stale one that arrives late.
+            "sequence": event_id,
+            "failureReason": reason or None,
+            "to": to,
+            "metadata": metadata or {},
+        },
+    }
+
+
+def _endpoints_by_project(project_ids: Iterable[int], event_type: str) -> dict[int, list[WebhookEndpoint]]:
+    found: dict[int, list[WebhookEndpoint]] = {}
+    for endpoint in WebhookEndpoint.objects.filter(
+        project_id__in=set(project_ids), enabled=True, event_types__contains=[event_type]
+    ).only("id", "project_id"):
+        found.setdefault(endpoint.project_id, []).append(endpoint)
+    return found
+
+
+def _insert(deliveries: list[Delivery]) -> int:
+    if not deliveries:
+        return 0
+    # ON CONFLICT (endpoint, source) DO NOTHING: a replayed pass writes nothing twice.
+    Delivery.objects.bulk_create(deliveries, ignore_conflicts=True, batch_size=500)
+    return len(deliveries)
+
+
+def _status_deliveries(rows: list[tuple[Any, ...]]) -> int:
+    endpoints = _endpoints_by_project((row[3] for row in rows), EventType.MESSAGE_STATUS)
+    deliveries = []
+    now = timezone.now()
+    for event_id, kind, message_id, project_id, to, metadata, detail, at in rows:
+        for endpoint in endpoints.get(project_id, ()):
+            deliveries.append(
+                Delivery(
+                    endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_STATUS, source=f"event:{event_id}",
+                    message_id=message_id, payload=status_payload(event_id, kind, message_id, to, metadata, detail or {}, at),
+                    next_attempt_at=now, created_at=now,
+                )
+            )
+    return _insert(deliveries)
+
+
+# --- message.inbound ------------------------------------------------------------------------------
+
+_INBOUND_READ = """
+    SELECT e.id, e.event, i.project_id, e.instance_name, e.key_id,
+           CASE WHEN e.event = 'messages.upsert' AND i.project_id IS NOT NULL THEN e.payload END,
+           coalesce(e.occurred_at, e.received_at)
+    FROM evolution_ingestion_events e LEFT JOIN messaging_instance i ON i.name = e.instance_name
+    WHERE e.id > %(after)s
+    ORDER BY e.id
+    LIMIT %(batch)s
+"""
+
+
+def _inbound_rows(after: int) -> tuple[list[tuple[Any, ...]], int | None]:
+    with connection.cursor() as cursor:
+        cursor.execute(_INBOUND_READ, {"after": after, "batch": BATCH})
+        rows = cursor.fetchall()
+    last = rows[-1][0] if rows else None
+    inbound = []
+    for row in rows:
+        payload = row[5]
+        if payload is None:
+            continue
+        data = payload.get("data") if isinstance(payload, dict) else None
+        key = data.get("key") if isinstance(data, dict) else None
+        if isinstance(key, dict) and key.get("fromMe") is False:
+            inbound.append(row)
+    return inbound, last
+
+
+def inbound_payload(instance: str, key_id: str, data: dict[str, Any], at: datetime) -> dict[str, Any]:
+    key = data.get("key") or {}
+    jid = str(key.get("remoteJid") or "")
+    phone = _PHONE_JID.match(jid)
+    found = data.get("message")
+    message: dict[str, Any] = found if isinstance(found, dict) else {}
+    text = message.get("conversation") or (message.get("extendedTextMessage") or {}).get("text") or ""
+    return {
+        "type": EventType.MESSAGE_INBOUND.value,
+        "timestamp": at.isoformat(),
+        "data": {
+            "instance": instance,
+            "from": f"+{phone.group(1)}" if phone else None,
+            "remoteJid": jid,
+            "pushName": data.get("pushName") if isinstance(data.get("pushName"), str) else None,
+            "text": str(text)[:4096],
+            "whatsappMessageId": key_id,
+            "receivedAt": at.isoformat(),
+        },
+    }
+
+
+def _inbound_deliveries(rows: list[tuple[Any, ...]]) -> int:
+    endpoints = _endpoints_by_project((row[2] for row in rows), EventType.MESSAGE_INBOUND)
+    deliveries = []
+    now = timezone.now()
+    for inbox_id, _event, project_id, instance, key_id, payload, at in rows:
+        for endpoint in endpoints.get(project_id, ()):
+            deliveries.append(
+                Delivery(
+                    endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_INBOUND, source=f"inbox:{inbox_id}",
+                    payload=inbound_payload(instance, key_id, payload["data"], at), next_attempt_at=now, created_at=now,
+                )
+            )
+    return _insert(deliveries)
+
+
+# --- opt_in.revoked -------------------------------------------------------------------------------
+
+
+def _micros(at: datetime) -> int:
+    return int(at.timestamp() * 1_000_000)
+
+
+def _from_micros(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1_000_000, tz=dt_timezone.utc)
+
+
+def _settle_time(cursor: RelayCursor) -> None:
+    _settle(cursor)
+
+
+def _opt_outs(deadline: float) -> int:
+    cursor = _cursor("opt_ins")
+    _settle_time(cursor)
+    since = _from_micros(cursor.position) if cursor.position else timezone.now() - SKEW
+    read_at = timezone.now()
+    with connection.cursor() as db:
+        db.execute(
+            "SELECT id, project_id, phone, revoked_at, revoked_by FROM messaging_optin "
+            "WHERE revoked_at IS NOT NULL AND revoked_at >= %s ORDER BY revoked_at LIMIT %s",
+            [since, BATCH * 10],
+        )
+        rows = db.fetchall()
+    endpoints = _endpoints_by_project((row[1] for row in rows), EventType.OPT_IN_REVOKED)
+    deliveries = []
+    for opt_in_id, project_id, phone, revoked_at, revoked_by in rows:
+        for endpoint in endpoints.get(project_id, ()):
+            deliveries.append(
+                Delivery(
+                    endpoint_id=endpoint.pk, event_type=EventType.OPT_IN_REVOKED, source=f"optin:{opt_in_id}",
+                    payload={
+                        "type": EventType.OPT_IN_REVOKED.value,
+                        "timestamp": revoked_at.isoformat(),
+                        "data": {"phone": phone, "revokedAt": revoked_at.isoformat(), "revokedBy": revoked_by or None},
+                    },
+                    next_attempt_at=read_at, created_at=read_at,
+                )
+            )
+    written = _insert(deliveries)
+    if cursor.pending_xmax is None:
+        # A full read may have stopped inside a run of equal times: never move past the last one read.
+        upto = min(read_at - SKEW, rows[-1][3]) if len(rows) == BATCH * 10 else read_at - SKEW
+        cursor.pending_position, cursor.pending_xmax = max(cursor.position, _micros(upto)), _snapshot_xmax()
+        cursor.save(update_fields=["pending_position", "pending_xmax", "updated_at"])
+    return written
