@@ -21,6 +21,7 @@ for the clocks of the processes that write it, with the same two-step rule.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -85,16 +86,26 @@ def _cursor(name: str) -> RelayCursor:
     return cursor
 
 
-def _settle(cursor: RelayCursor) -> None:
-    """Move `position` to the remembered id once every transaction that could still write below it
-    has finished."""
-    if cursor.pending_xmax is not None and _all_finished_below(cursor.pending_xmax):
-        cursor.position = max(cursor.position, cursor.pending_position)
-        cursor.pending_xmax = None
-        cursor.save(update_fields=["position", "pending_position", "pending_xmax", "updated_at"])
-
-
 Rows = list[tuple[Any, ...]]
+_CURSOR_FIELDS = ["position", "pending_position", "pending_xmax", "updated_at"]
+
+
+def _step(cursor: RelayCursor, read: Callable[[int], tuple[Rows, int | None]], write: Callable[[Rows], int]) -> int:
+    """Read every visible row past `position` and write its deliveries. If every transaction that
+    was unfinished when the previous read looked has finished since (checked before this read, so
+    all their rows are visible to it), the rows up to that read's last one have all been seen now:
+    `position` moves there. This read's last row becomes the next candidate."""
+    settled = cursor.pending_xmax is not None and _all_finished_below(cursor.pending_xmax)
+    rows, last = read(cursor.position)
+    written = write(rows)
+    if settled:
+        reached = cursor.pending_position if last is None else min(cursor.pending_position, last)
+        cursor.position = max(cursor.position, reached)
+        cursor.pending_xmax = None
+    if last is not None and last > cursor.position:
+        cursor.pending_position, cursor.pending_xmax = last, _snapshot_xmax()
+    cursor.save(update_fields=_CURSOR_FIELDS)
+    return written
 
 
 def _by_id(
@@ -106,16 +117,11 @@ def _by_id(
     cursor = _cursor(name)
     written = 0
     while True:
-        _settle(cursor)
-        rows, last_id = read(cursor.position)
-        written += write(rows)
-        if last_id is None:
-            return written  # nothing past position
-        cursor.pending_position = last_id
-        cursor.pending_xmax = _snapshot_xmax()
-        cursor.save(update_fields=["pending_position", "pending_xmax", "updated_at"])
+        written += _step(cursor, read, write)
+        if cursor.pending_xmax is None:
+            return written  # everything read is settled
         # Usually the writers that were in flight finish within milliseconds: wait a little for
-        # them, then go on from the new position; else the next pass does.
+        # them and go on; else the next pass does.
         for _ in range(5):
             if _all_finished_below(cursor.pending_xmax) or time.monotonic() > deadline:
                 break
@@ -125,23 +131,22 @@ def _by_id(
 
 
 def _skip_to_end() -> None:
+    """No endpoint is enabled, so nothing is owed: the cursors move to the end of their tables."""
     with connection.cursor() as db:
         db.execute("SELECT coalesce(max(id), 0) FROM messaging_messageevent")
         timeline = int(db.fetchone()[0])
         db.execute("SELECT coalesce(max(id), 0) FROM evolution_ingestion_events")
         inbox = int(db.fetchone()[0])
-    xmax = _snapshot_xmax()
-    for name, last in (("timeline", timeline), ("inbox", inbox)):
+    for name, last in (("timeline", timeline), ("inbox", inbox), ("opt_ins", _micros(timezone.now() - SKEW))):
         cursor = _cursor(name)
-        _settle(cursor)
-        if last > cursor.position:
-            cursor.pending_position, cursor.pending_xmax = last, xmax
-            cursor.save(update_fields=["pending_position", "pending_xmax", "updated_at"])
-    opt_ins = _cursor("opt_ins")
-    _settle_time(opt_ins)
-    if opt_ins.pending_xmax is None:
-        opt_ins.pending_position, opt_ins.pending_xmax = _micros(timezone.now() - SKEW), xmax
-        opt_ins.save(update_fields=["pending_position", "pending_xmax", "updated_at"])
+        if last > cursor.position or cursor.pending_xmax is not None:
+            cursor.position, cursor.pending_position, cursor.pending_xmax = max(cursor.position, last), 0, None
+            cursor.save(update_fields=_CURSOR_FIELDS)
+
+
+def _json(value: Any) -> Any:
+    """Django's psycopg connection hands raw SQL's json columns over as text."""
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
 # --- message.status -------------------------------------------------------------------------------
@@ -214,7 +219,7 @@ def _status_deliveries(rows: list[tuple[Any, ...]]) -> int:
             deliveries.append(
                 Delivery(
                     endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_STATUS, source=f"event:{event_id}",
-                    message_id=message_id, payload=status_payload(event_id, kind, message_id, to, metadata, detail or {}, at),
+                    message_id=message_id, payload=status_payload(event_id, kind, message_id, to, _json(metadata), _json(detail) or {}, at),
                     next_attempt_at=now, created_at=now,
                 )
             )
@@ -241,13 +246,13 @@ def _inbound_rows(after: int) -> tuple[list[tuple[Any, ...]], int | None]:
     last = rows[-1][0] if rows else None
     inbound = []
     for row in rows:
-        payload = row[5]
+        payload = _json(row[5])
         if payload is None:
             continue
         data = payload.get("data") if isinstance(payload, dict) else None
         key = data.get("key") if isinstance(data, dict) else None
         if isinstance(key, dict) and key.get("fromMe") is False:
-            inbound.append(row)
+            inbound.append((*row[:5], payload, row[6]))
     return inbound, last
 
 
@@ -299,24 +304,28 @@ def _from_micros(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1_000_000, tz=dt_timezone.utc)
 
 
-def _settle_time(cursor: RelayCursor) -> None:
-    _settle(cursor)
-
-
-def _opt_outs(deadline: float) -> int:
-    cursor = _cursor("opt_ins")
-    _settle_time(cursor)
-    since = _from_micros(cursor.position) if cursor.position else timezone.now() - SKEW
+def _opt_out_rows(after: int) -> tuple[Rows, int | None]:
+    since = _from_micros(after) if after else timezone.now() - SKEW
     read_at = timezone.now()
     with connection.cursor() as db:
         db.execute(
             "SELECT id, project_id, phone, revoked_at, revoked_by FROM messaging_optin "
             "WHERE revoked_at IS NOT NULL AND revoked_at >= %s ORDER BY revoked_at LIMIT %s",
-            [since, BATCH * 10],
+            [since, BATCH],
         )
         rows = db.fetchall()
+    # The candidate position is SKEW behind our clock (the writers' clocks may lag), and never past
+    # the last row of a full read, which may have stopped inside a run of equal times.
+    upto = read_at - SKEW
+    if len(rows) == BATCH:
+        upto = min(upto, rows[-1][3])
+    return rows, _micros(upto)
+
+
+def _opt_out_deliveries(rows: Rows) -> int:
     endpoints = _endpoints_by_project((row[1] for row in rows), EventType.OPT_IN_REVOKED)
     deliveries = []
+    now = timezone.now()
     for opt_in_id, project_id, phone, revoked_at, revoked_by in rows:
         for endpoint in endpoints.get(project_id, ()):
             deliveries.append(
@@ -327,13 +336,12 @@ def _opt_outs(deadline: float) -> int:
                         "timestamp": revoked_at.isoformat(),
                         "data": {"phone": phone, "revokedAt": revoked_at.isoformat(), "revokedBy": revoked_by or None},
                     },
-                    next_attempt_at=read_at, created_at=read_at,
+                    next_attempt_at=now, created_at=now,
                 )
             )
-    written = _insert(deliveries)
-    if cursor.pending_xmax is None:
-        # A full read may have stopped inside a run of equal times: never move past the last one read.
-        upto = min(read_at - SKEW, rows[-1][3]) if len(rows) == BATCH * 10 else read_at - SKEW
-        cursor.pending_position, cursor.pending_xmax = max(cursor.position, _micros(upto)), _snapshot_xmax()
-        cursor.save(update_fields=["pending_position", "pending_xmax", "updated_at"])
-    return written
+    return _insert(deliveries)
+
+
+def _opt_outs(deadline: float) -> int:
+    # Revocations are rare: one step per pass (the window SKEW behind is read again each time).
+    return _step(_cursor("opt_ins"), _opt_out_rows, _opt_out_deliveries)

@@ -1,0 +1,123 @@
+"""Deliveries are derived from rows already committed (timeline, inbox, opt-ins): one per endpoint and
+source, whatever the number of passes, and a row that commits late is not skipped."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from callbacks import derive
+from callbacks.models import Delivery, RelayCursor, WebhookEndpoint
+from messaging import lifecycle, opt_ins
+from messaging.models import FailureReason, Message
+from tests.messaging.sending_helpers import RECIPIENT, send
+from tests.support.processes import test_database_url as database_url
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("alice_instance")]
+
+
+def endpoint_for(actor, *event_types: str) -> WebhookEndpoint:
+    return WebhookEndpoint.objects.create(
+        project=actor.project, url="http://127.0.0.1:9/hook", event_types=list(event_types or ["message.status"])
+    )
+
+
+def status_payloads(endpoint: WebhookEndpoint) -> list[dict]:
+    rows = Delivery.objects.filter(endpoint=endpoint, event_type="message.status").order_by("source")
+    return sorted((d.payload["data"] for d in rows), key=lambda data: data["sequence"])
+
+
+def test_each_status_change_becomes_one_delivery_per_endpoint_even_when_the_pass_runs_twice(alice, carol):
+    # given: two endpoints of alice's and one of carol's
+    first, second = endpoint_for(alice), endpoint_for(alice)
+    other = endpoint_for(carol)
+    message = send(alice, metadata={"order": "42"})
+
+    # when: the message moves SENT → DELIVERED and the pass runs, twice
+    assert message.advance("SENT") and message.advance("DELIVERED")
+    derive.run()
+    derive.run()
+
+    # then: each of alice's endpoints has each change once, in order, with its sequence
+    for endpoint in (first, second):
+        data = status_payloads(endpoint)
+        assert [d["status"] for d in data] == ["SENT", "DELIVERED"]
+        assert data[0]["sequence"] < data[1]["sequence"]
+        assert {d["messageId"] for d in data} == {str(message.pk)}
+        assert data[0]["metadata"] == {"order": "42"} and data[0]["to"] == RECIPIENT
+        assert data[0]["failureReason"] is None
+    assert not Delivery.objects.filter(endpoint=other).exists()
+    assert Delivery.objects.count() == 4
+
+
+def test_a_failure_carries_its_reason(alice):
+    endpoint = endpoint_for(alice)
+    message = send(alice)
+    assert lifecycle.fail(message, FailureReason.INVALID_RECIPIENT, "not on WhatsApp")
+    derive.run()
+    (data,) = status_payloads(endpoint)
+    assert data["status"] == "FAILED" and data["failureReason"] == "INVALID_RECIPIENT"
+
+
+def test_an_endpoint_that_does_not_ask_for_the_type_gets_nothing(alice):
+    endpoint_for(alice, "opt_in.revoked")
+    send(alice).advance("SENT")
+    derive.run()
+    assert not Delivery.objects.exists()
+
+
+def test_a_row_committed_late_with_a_smaller_id_is_not_skipped(alice):
+    endpoint = endpoint_for(alice)
+    message = send(alice)
+    derive.run()  # the cursor is past everything so far
+
+    # given: another connection writes a status line (taking the next id) and does not commit yet
+    late = psycopg.connect(database_url().replace("postgresql+psycopg", "postgresql"))
+    try:
+        with late.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at) "
+                "VALUES (%s, 'STATUS', '', '{\"status\": \"SERVER_ACK\"}', now()) RETURNING id",
+                [message.pk],
+            )
+            late_id = cursor.fetchone()[0]
+
+        # when: a later line commits first and a pass runs, then the late one commits and a pass runs
+        assert message.advance("SENT")
+        derive.run()
+        seen_first = [d["sequence"] for d in status_payloads(endpoint)]
+        assert RelayCursor.objects.get(name="timeline").position < late_id
+        late.commit()
+        derive.run()
+    finally:
+        late.close()
+
+    # then: both arrived, the late one in the second pass
+    assert late_id not in seen_first and len(seen_first) == 1
+    assert sorted(d["sequence"] for d in status_payloads(endpoint)) == sorted([late_id, *seen_first])
+
+
+def test_without_endpoints_the_cursors_move_on(alice):
+    send(alice).advance("SENT")
+    derive.run()
+    derive.run()
+    assert not Delivery.objects.exists()
+    # an endpoint created now starts from now, not from the beginning of the timeline
+    endpoint = endpoint_for(alice)
+    derive.run()
+    assert not Delivery.objects.filter(endpoint=endpoint).exists()
+    send(alice, to="+5511988887778").advance("SENT")
+    derive.run()
+    assert [d["status"] for d in status_payloads(endpoint)] == ["SENT"]
+
+
+def test_a_revoked_opt_in_becomes_an_opt_in_revoked_delivery(alice):
+    endpoint = endpoint_for(alice, "opt_in.revoked")
+    opt_ins.record(alice.project, RECIPIENT, "signup form")
+    derive.run()
+    assert opt_ins.revoke(alice.project, RECIPIENT) is not None
+    derive.run()
+    derive.run()
+    (delivery,) = Delivery.objects.filter(endpoint=endpoint)
+    assert delivery.event_type == "opt_in.revoked"
+    assert delivery.payload["data"]["phone"] == RECIPIENT and delivery.payload["data"]["revokedAt"]
