@@ -26,6 +26,10 @@ class EventType(models.TextChoices):
     OPT_IN_REVOKED = "opt_in.revoked", "A recipient's opt-in was revoked"
 
 
+# The event types as the API's schema lists them (one enum, WebhookEventTypeEnum, wherever a field carries one).
+EVENT_TYPES: list[str] = list(EventType.values)
+
+
 class Circuit(models.TextChoices):
     CLOSED = "closed", "Closed"
     OPEN = "open", "Open"

@@ -466,7 +466,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": r"/v1",
     # failureReason appears on messages and dead letters: one enum in the schema, under one name.
-    "ENUM_NAME_OVERRIDES": {"FailureReasonEnum": "messaging.api.schema.FAILURE_REASONS"},
+    "ENUM_NAME_OVERRIDES": {
+        "FailureReasonEnum": "messaging.api.schema.FAILURE_REASONS",
+        "WebhookEventTypeEnum": "callbacks.models.EVENT_TYPES",
+    },
     # /v1/docs/ loads Swagger UI from our own static files (drf-spectacular-sidecar), never a CDN:
     # the docs work offline and no third party's script runs on this origin.
     "SWAGGER_UI_DIST": "SIDECAR",
