@@ -9,14 +9,14 @@ Safe to run twice: one delivery per (endpoint, source row) (`one_delivery_per_so
 NOTHING), and the cursor only says where reading may start.
 
 Late commits. A timeline id is taken when the row is written, not when it commits, so a reader that
-sees id 51 may later see 50 appear. The cursor therefore moves in two steps: a pass reads every
-visible row past `position`, then remembers the highest id it read together with the snapshot's
-`xmax` (the first transaction id not yet finished when it looked). Only once every transaction
-below that `xmax` has finished (`pg_snapshot_xmin` of a later snapshot reached it) does `position`
-move to that id: by then every row with a smaller id has either committed (and been read) or never
-will. Until then the same rows are read again, and the unique key keeps them from counting twice.
-Opt-in revocations are updates, so their cursor is a time (`revoked_at`), kept CALLBACKS_SKEW behind
-for the clocks of the processes that write it, with the same two-step rule.
+sees id 51 may later see 50 appear. The cursor therefore moves in two steps (`_step`): a read takes
+every visible row past `position` and remembers its last id with the snapshot's `xmax` (the first
+transaction id not finished when it looked). A later read that starts after every transaction below
+that `xmax` has finished (`pg_snapshot_xmin` reached it) sees every row up to that id that will ever
+commit, so once it has read them `position` moves there. Until then the same rows are read again, and
+the unique key keeps them from counting twice. Opt-in revocations are updates, so their cursor is a
+time (`revoked_at`, in microseconds), kept SKEW behind for the clocks of the processes that write it,
+with the same two-step rule.
 """
 
 from __future__ import annotations
