@@ -123,7 +123,7 @@ def attempt(delivery_id: str, token: str) -> Outcome:
         **signing.headers(endpoint.secret, delivery.webhook_id, now, body),
     }
     try:
-        target = addresses.check(endpoint.url)
+        target = addresses.check(delivery.url or endpoint.url)
     except addresses.Refused as refused:
         answer = http.Answer(None, "", 0, f"{refused.code}: {refused.message}"[:300], "")
     else:
@@ -137,7 +137,7 @@ def _record(delivery: Delivery, endpoint: WebhookEndpoint, at: datetime, headers
     attempts = delivery.attempts + 1
     with transaction.atomic():
         DeliveryAttempt.objects.create(
-            delivery=delivery, attempted_at=at, url=endpoint.url, address=answer.address, request_headers=headers,
+            delivery=delivery, attempted_at=at, url=delivery.url or endpoint.url, address=answer.address, request_headers=headers,
             response_status=answer.status, response_body=answer.body, duration_ms=answer.duration_ms,
             error=answer.error, succeeded=answer.ok,
         )

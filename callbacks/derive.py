@@ -55,12 +55,13 @@ def run(budget_seconds: float = 2.0) -> Derived:
     """One pass over the three sources, within its time budget (the next pass goes on)."""
     done = Derived()
     deadline = time.monotonic() + budget_seconds
-    if not WebhookEndpoint.objects.filter(enabled=True).exists():
-        # Nothing to write, but the cursors still move, so that an endpoint created later starts
-        # from its creation and not from the start of the tables.
+    # The timeline is always read: a send's callbackUrl needs no endpoint registered beforehand.
+    done.status = _by_id("timeline", _status_rows, _status_deliveries, deadline)
+    if not WebhookEndpoint.objects.filter(enabled=True, per_message=False).exists():
+        # Nothing else can be owed, but the cursors still move, so that an endpoint created later
+        # starts from its creation and not from the start of the tables.
         _skip_to_end()
         return done
-    done.status = _by_id("timeline", _status_rows, _status_deliveries, deadline)
     done.inbound = _by_id("inbox", _inbound_rows, _inbound_deliveries, deadline)
     done.opt_outs = _opt_outs(deadline)
     return done
@@ -133,11 +134,9 @@ def _by_id(
 def _skip_to_end() -> None:
     """No endpoint is enabled, so nothing is owed: the cursors move to the end of their tables."""
     with connection.cursor() as db:
-        db.execute("SELECT coalesce(max(id), 0) FROM messaging_messageevent")
-        timeline = int(db.fetchone()[0])
         db.execute("SELECT coalesce(max(id), 0) FROM evolution_ingestion_events")
         inbox = int(db.fetchone()[0])
-    for name, last in (("timeline", timeline), ("inbox", inbox), ("opt_ins", _micros(timezone.now() - SKEW))):
+    for name, last in (("inbox", inbox), ("opt_ins", _micros(timezone.now() - SKEW))):
         cursor = _cursor(name)
         if last > cursor.position or cursor.pending_xmax is not None:
             cursor.position, cursor.pending_position, cursor.pending_xmax = max(cursor.position, last), 0, None
@@ -153,7 +152,7 @@ def _json(value: Any) -> Any:
 
 _STATUS_READ = """
     SELECT e.id, e.kind, m.id, m.project_id, m."to", m.metadata,
-           CASE WHEN e.kind = ANY(%(kinds)s) THEN e.detail END, e.created_at
+           CASE WHEN e.kind = ANY(%(kinds)s) THEN e.detail END, e.created_at, m.callback_url
     FROM messaging_messageevent e JOIN messaging_message m ON m.id = e.message_id
     WHERE e.id > %(after)s
     ORDER BY e.id
@@ -196,7 +195,7 @@ def status_payload(event_id: int, kind: str, message_id: Any, to: str, metadata:
 def _endpoints_by_project(project_ids: Iterable[int], event_type: str) -> dict[int, list[WebhookEndpoint]]:
     found: dict[int, list[WebhookEndpoint]] = {}
     for endpoint in WebhookEndpoint.objects.filter(
-        project_id__in=set(project_ids), enabled=True, event_types__contains=[event_type]
+        project_id__in=set(project_ids), enabled=True, per_message=False, event_types__contains=[event_type]
     ).only("id", "project_id"):
         found.setdefault(endpoint.project_id, []).append(endpoint)
     return found
@@ -210,19 +209,38 @@ def _insert(deliveries: list[Delivery]) -> int:
     return len(deliveries)
 
 
+def per_message_endpoint(project_id: int) -> WebhookEndpoint:
+    """The project's endpoint for sends with a callbackUrl (made on first need; one per project)."""
+    endpoint, _ = WebhookEndpoint.objects.get_or_create(
+        project_id=project_id, per_message=True,
+        defaults={"url": "", "event_types": [EventType.MESSAGE_STATUS], "description": "Sends with a callbackUrl"},
+    )
+    return endpoint
+
+
 def _status_deliveries(rows: list[tuple[Any, ...]]) -> int:
     endpoints = _endpoints_by_project((row[3] for row in rows), EventType.MESSAGE_STATUS)
+    own: dict[int, WebhookEndpoint] = {}
     deliveries = []
     now = timezone.now()
-    for event_id, kind, message_id, project_id, to, metadata, detail, at in rows:
+    for event_id, kind, message_id, project_id, to, metadata, detail, at, callback_url in rows:
+        payload = status_payload(event_id, kind, message_id, to, _json(metadata), _json(detail) or {}, at)
         for endpoint in endpoints.get(project_id, ()):
             deliveries.append(
                 Delivery(
                     endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_STATUS, source=f"event:{event_id}",
-                    message_id=message_id, payload=status_payload(event_id, kind, message_id, to, _json(metadata), _json(detail) or {}, at),
-                    next_attempt_at=now, created_at=now,
+                    message_id=message_id, payload=payload, next_attempt_at=now, created_at=now,
                 )
             )
+        if callback_url:
+            endpoint = own.get(project_id) or own.setdefault(project_id, per_message_endpoint(project_id))
+            if endpoint.enabled:
+                deliveries.append(
+                    Delivery(
+                        endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_STATUS, source=f"event:{event_id}",
+                        url=callback_url, message_id=message_id, payload=payload, next_attempt_at=now, created_at=now,
+                    )
+                )
     return _insert(deliveries)
 
 

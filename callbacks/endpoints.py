@@ -39,7 +39,7 @@ def create(project: Project, url: str, event_types: list[str], description: str 
     with transaction.atomic():
         # The project's row is the lock: two creations at once cannot both pass the count.
         Project.objects.select_for_update().filter(pk=project.pk).first()
-        if for_project(project).count() >= settings.CALLBACKS_MAX_ENDPOINTS_PER_PROJECT:
+        if for_project(project).filter(per_message=False).count() >= settings.CALLBACKS_MAX_ENDPOINTS_PER_PROJECT:
             raise Rejected(
                 409, "too_many_endpoints", "This project has as many webhook endpoints as it may have.",
                 {"limit": settings.CALLBACKS_MAX_ENDPOINTS_PER_PROJECT},
@@ -51,6 +51,11 @@ def update(endpoint: WebhookEndpoint, changes: dict[str, Any]) -> WebhookEndpoin
     """`url`, `eventTypes`, `description`, `enabled`. Enabling a disabled endpoint closes its circuit
     and forgets its failing run: its pending deliveries go on from where they were."""
     fields = ["updated_at"]
+    if endpoint.per_message and ({"url", "eventTypes"} & set(changes)):
+        raise Rejected(
+            400, "invalid_request", "The per-message endpoint takes each send's callbackUrl; its URL and event types are fixed.",
+            {"fields": {name: ["Fixed for the per-message endpoint."] for name in sorted({"url", "eventTypes"} & set(changes))}},
+        )
     if "url" in changes:
         check_url(changes["url"])
         endpoint.url = changes["url"]

@@ -52,6 +52,9 @@ class WebhookEndpoint(models.Model):
     description = models.CharField(max_length=200, blank=True, default="")
     event_types = ArrayField(models.CharField(max_length=32, choices=EventType.choices))
     secret = models.CharField(max_length=64, default=new_secret)
+    # The project's one endpoint for sends that carry a `callbackUrl`: no URL of its own (each delivery
+    # has its message's), its secret signs them, its circuit and failing run cover them all.
+    per_message = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=200, blank=True, default="")
     disabled_at = models.DateTimeField(null=True, blank=True)
@@ -67,6 +70,9 @@ class WebhookEndpoint(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["project", "created_at"], name="endpoint_by_project")]
+        constraints = [
+            models.UniqueConstraint(fields=["project"], condition=Q(per_message=True), name="one_per_message_endpoint"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.url} ({self.project_id})"
@@ -88,6 +94,7 @@ class Delivery(models.Model):
     # Where it came from: `event:<timeline id>`, `inbox:<inbox id>`, `optin:<id>:<revoked epoch µs>`.
     source = models.CharField(max_length=64)
     webhook_id = models.CharField(max_length=40, unique=True, default=new_webhook_id)
+    url = models.CharField(max_length=2048, blank=True, default="", help_text="A send's callbackUrl; blank: the endpoint's")
     message_id = models.UUIDField(null=True, blank=True)
     payload = models.JSONField()
     status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)

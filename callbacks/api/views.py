@@ -81,6 +81,7 @@ EndpointBody = inline_serializer(
         "url": serializers.CharField(),
         "description": serializers.CharField(),
         "eventTypes": serializers.ListField(child=serializers.ChoiceField(choices=EventType.values)),
+        "perMessage": serializers.BooleanField(help_text="The project's endpoint for sends with a callbackUrl (made on the first one)"),
         "enabled": serializers.BooleanField(),
         "disabledReason": serializers.CharField(allow_null=True),
         "disabledAt": serializers.DateTimeField(allow_null=True),
@@ -110,6 +111,7 @@ DeliveryBody = inline_serializer(
     {
         "id": serializers.UUIDField(),
         "endpointId": serializers.UUIDField(),
+        "url": serializers.CharField(allow_null=True, help_text="The send's callbackUrl, for the per-message endpoint"),
         "webhookId": serializers.CharField(),
         "eventType": serializers.ChoiceField(choices=EventType.values),
         "messageId": serializers.UUIDField(allow_null=True),
@@ -136,6 +138,7 @@ def endpoint_body(endpoint: WebhookEndpoint, with_secret: bool = False) -> dict[
         "url": endpoint.url,
         "description": endpoint.description,
         "eventTypes": list(endpoint.event_types),
+        "perMessage": endpoint.per_message,
         "enabled": endpoint.enabled,
         "disabledReason": endpoint.disabled_reason or None,
         "disabledAt": iso(endpoint.disabled_at),
@@ -166,6 +169,7 @@ def delivery_body(delivery: Delivery, attempts: list[DeliveryAttempt]) -> dict[s
     return {
         "id": str(delivery.pk),
         "endpointId": str(delivery.endpoint_id),
+        "url": delivery.url or None,
         "webhookId": delivery.webhook_id,
         "eventType": delivery.event_type,
         "messageId": str(delivery.message_id) if delivery.message_id else None,

@@ -137,3 +137,20 @@ def test_a_rotated_secret_signs_the_next_attempt(alice, endpoint, receiver):
     owe(endpoint)
     assert run_due() == ["succeeded"]
     assert receiver.received[0].verified  # the receiver checks with the current secret
+
+
+def test_a_delivery_with_its_own_url_goes_there_signed_with_its_endpoints_secret(alice, receiver):
+    own = WebhookEndpoint.objects.create(project=alice.project, url="", per_message=True, event_types=["message.status"])
+    mine = Receiver(lambda: own.secret)
+    mine.set("ok")
+    try:
+        Delivery.objects.create(
+            endpoint=own, event_type="message.status", source="event:9", url=mine.url, payload={"a": 1},
+            next_attempt_at=timezone.now() - timedelta(seconds=1),
+        )
+        assert run_due() == ["succeeded"]
+        (got,) = mine.received
+        assert got.verified and got.payload == {"a": 1}
+        assert DeliveryAttempt.objects.get().url == mine.url
+    finally:
+        mine.stop()

@@ -121,3 +121,35 @@ def test_a_revoked_opt_in_becomes_an_opt_in_revoked_delivery(alice):
     (delivery,) = Delivery.objects.filter(endpoint=endpoint)
     assert delivery.event_type == "opt_in.revoked"
     assert delivery.payload["data"]["phone"] == RECIPIENT and delivery.payload["data"]["revokedAt"]
+
+
+def test_a_sends_callback_url_gets_its_status_changes_through_the_per_message_endpoint(alice):
+    # no endpoint registered at all: the send's callbackUrl is enough
+    message = send(alice, callbackUrl="https://hooks.example.com/pilot?order=42")
+    other = send(alice, to="+5511988887778")
+    assert Message.objects.get(pk=message.pk).callback_url == "https://hooks.example.com/pilot?order=42"
+    message.advance("SENT")
+    other.advance("SENT")
+    derive.run()
+    derive.run()
+    (endpoint,) = WebhookEndpoint.objects.filter(project=alice.project)
+    assert endpoint.per_message and endpoint.url == "" and endpoint.secret.startswith("whsec_")
+    (delivery,) = Delivery.objects.all()
+    assert delivery.url == "https://hooks.example.com/pilot?order=42"
+    assert delivery.payload["data"]["messageId"] == str(message.pk) and delivery.payload["data"]["status"] == "SENT"
+
+    listed = alice.client().get("/v1/webhook-endpoints").json()["data"]
+    assert [e["perMessage"] for e in listed] == [True]
+    fixed = alice.client().patch(f"/v1/webhook-endpoints/{endpoint.pk}", {"url": "https://x.example.com/"}, format="json")
+    assert fixed.status_code == 400
+
+
+@pytest.mark.parametrize("url", ["ftp://hooks.example.com/", "not a url", "https://" + "a" * 2050 + ".com/"])
+def test_a_callback_url_that_is_not_http_is_refused_at_send(alice, url):
+    opt_ins.record(alice.project, RECIPIENT, "signup form")
+    response = alice.client().post(
+        "/v1/messages/send", {"to": RECIPIENT, "category": "UTILITY", "text": "hi", "callbackUrl": url}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert "callbackUrl" in response.json()["error"]["details"]["fields"]
+    assert not Message.objects.exists()
