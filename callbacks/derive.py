@@ -37,6 +37,7 @@ from messaging.models import EventKind, Status
 from .models import Delivery, EventType, RelayCursor, WebhookEndpoint
 
 BATCH = 1000
+_LOCK = 0x63616C6C  # "call": the advisory lock that keeps relay passes one at a time
 SKEW = timedelta(seconds=60)
 # The timeline lines that are a change of status a customer sees. SENDING is ours (a claim), so it
 # has no callback; QUEUED comes back with a force resend.
@@ -54,6 +55,20 @@ class Derived:
 def run(budget_seconds: float = 2.0) -> Derived:
     """One pass over the three sources, within its time budget (the next pass goes on)."""
     done = Derived()
+    with connection.cursor() as cursor:
+        # One pass at a time (beat ticks every second; a pass may take longer): a second one would
+        # only read the same rows again.
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK])
+        if not cursor.fetchone()[0]:
+            return done
+    try:
+        return _run(done, budget_seconds)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK])
+
+
+def _run(done: Derived, budget_seconds: float) -> Derived:
     deadline = time.monotonic() + budget_seconds
     # The timeline is always read: a send's callbackUrl needs no endpoint registered beforehand.
     done.status = _by_id("timeline", _status_rows, _status_deliveries, deadline)
