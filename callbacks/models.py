@@ -13,6 +13,7 @@ import secrets
 import uuid
 
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -113,6 +114,8 @@ class Delivery(models.Model):
             # the relay's release: due pending deliveries only
             models.Index(fields=["next_attempt_at"], name="delivery_due", condition=Q(status="PENDING")),
             models.Index(fields=["endpoint", "created_at"], name="delivery_by_endpoint"),
+            # retention (callbacks.retention): old deliveries by time, next to nothing per insert
+            BrinIndex(fields=["created_at"], name="delivery_created_brin"),
         ]
 
 

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from pilot_status.celery import CALLBACKS_QUEUE, DELIVER_CALLBACK_TASK
 
-from . import deliver, derive
+from . import deliver, derive, retention
 
 _RELAY_BUDGET = max(0.5, min(5.0, settings.CALLBACKS_RELAY_SECONDS * 2))
 _DELIVER_LIMIT = int(settings.CALLBACKS_CONNECT_TIMEOUT_SECONDS + settings.CALLBACKS_TIMEOUT_SECONDS) + 30
@@ -30,3 +30,12 @@ def _publish(delivery_id: str, token: str) -> None:
 @shared_task(name=DELIVER_CALLBACK_TASK, ignore_result=True, soft_time_limit=_DELIVER_LIMIT, time_limit=_DELIVER_LIMIT + 10)
 def deliver_callback(delivery_id: str, token: str) -> str:
     return deliver.attempt(delivery_id, token).done
+
+
+_RETENTION_LIMIT = int(settings.RETENTION_PASS_SECONDS) + 20
+
+
+@shared_task(name="callbacks.prune_deliveries", ignore_result=True, soft_time_limit=_RETENTION_LIMIT,
+             time_limit=_RETENTION_LIMIT + 10)
+def prune_deliveries() -> int:
+    return retention.prune_deliveries()

@@ -51,6 +51,7 @@ app.conf.task_routes = {
     "ingestion.reconcile_events": {"queue": SYNC_QUEUE},
     "dashboard.run_bulk_resend": {"queue": BULK_QUEUE},
     "callbacks.relay": {"queue": CALLBACKS_QUEUE},
+    "callbacks.prune_deliveries": {"queue": MAINTENANCE_QUEUE},
     DELIVER_CALLBACK_TASK: {"queue": CALLBACKS_QUEUE},
 }
 
@@ -91,6 +92,7 @@ app.conf.beat_schedule = {
     "prune-timelines": _entry("messaging.prune_timelines", _period("RETENTION_SECONDS", 600)),
     "prune-inbox": _entry("ingestion.prune_inbox", _period("RETENTION_SECONDS", 600)),
     "relay-callbacks": _entry("callbacks.relay", _period("CALLBACKS_RELAY_SECONDS", 1)),
+    "prune-callbacks": _entry("callbacks.prune_deliveries", _period("RETENTION_SECONDS", 600)),
 }
 BEAT_TASKS = frozenset(entry["task"] for entry in app.conf.beat_schedule.values())
 

@@ -539,6 +539,8 @@ CALLBACKS_TIMEOUT_SECONDS = envfloat("CALLBACKS_TIMEOUT_SECONDS", 15.0, above=0,
 CALLBACKS_RESPONSE_BODY_BYTES = envint("CALLBACKS_RESPONSE_BODY_BYTES", 1024, minimum=0)
 # A delivery handed to Celery and never claimed (a lost task) is due again after this long.
 CALLBACKS_RELEASE_LEASE_SECONDS = envfloat("CALLBACKS_RELEASE_LEASE_SECONDS", 120.0, above=0)
+# Finished deliveries (SUCCEEDED, FAILED) and their attempts are deleted after this many days.
+CALLBACKS_RETENTION_DAYS = envint("CALLBACKS_RETENTION_DAYS", 30, minimum=1)
 # Bounds of the API: endpoints per project, URL length.
 CALLBACKS_MAX_ENDPOINTS_PER_PROJECT = envint("CALLBACKS_MAX_ENDPOINTS_PER_PROJECT", 20, minimum=1)
 CALLBACKS_MAX_URL_LENGTH = envint("CALLBACKS_MAX_URL_LENGTH", 2048, minimum=16)

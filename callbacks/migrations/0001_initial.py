@@ -2,6 +2,7 @@
 
 import callbacks.models
 import django.contrib.postgres.fields
+import django.contrib.postgres.indexes
 import django.db.models.deletion
 import django.utils.timezone
 import uuid
@@ -102,6 +103,10 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name='delivery',
             index=models.Index(fields=['endpoint', 'created_at'], name='delivery_by_endpoint'),
+        ),
+        migrations.AddIndex(
+            model_name='delivery',
+            index=django.contrib.postgres.indexes.BrinIndex(fields=['created_at'], name='delivery_created_brin'),
         ),
         migrations.AddConstraint(
             model_name='delivery',

@@ -24,6 +24,8 @@ LANES = ("otp", "utility", "marketing")
 # The maintenance queues (pilot_status/celery.py), each with its own worker in the Procfile.
 MAINTENANCE_QUEUES = ("maintenance", "sync", "bulk")
 CALLBACKS_QUEUE = "callbacks"
+# Every queue a beat entry goes to (pilot_status/celery.py): start_maintenance serves them all.
+BEAT_QUEUES = (*MAINTENANCE_QUEUES, CALLBACKS_QUEUE)
 
 
 def free_port() -> int:
@@ -188,7 +190,7 @@ class Stack:
         start(): most tests run the one-pass functions themselves, at the moment they choose."""
         env = {**self.env, **periods}
         offsets = {}
-        for queue in MAINTENANCE_QUEUES:
+        for queue in BEAT_QUEUES:
             worker = self._maintenance_worker(queue, env)
             offsets[queue] = log_size(worker.log)
             self.processes[f"worker-{queue}"] = worker.start()
@@ -198,7 +200,7 @@ class Stack:
              "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
             env,
         ).start()
-        for queue in MAINTENANCE_QUEUES:
+        for queue in BEAT_QUEUES:
             worker = self.processes[f"worker-{queue}"]
             wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offsets[queue])
 
