@@ -63,7 +63,7 @@ def release_due(publish: Any) -> int:
 
 @dataclass(frozen=True)
 class Outcome:
-    done: str  # claimed_elsewhere | endpoint_disabled | held | succeeded | retry | failed
+    done: str  # claimed_elsewhere | gone | endpoint_disabled | held | succeeded | retry | failed
 
 
 def _claim(delivery_id: str, token: str) -> Delivery | None:
@@ -135,23 +135,30 @@ def _record(delivery: Delivery, endpoint: WebhookEndpoint, at: datetime, headers
     schedule = settings.CALLBACKS_RETRY_SCHEDULE
     finished = timezone.now()
     attempts = delivery.attempts + 1
+    if answer.ok:
+        changes: dict[str, Any] = {"status": DeliveryStatus.SUCCEEDED, "delivered_at": finished}
+        outcome = "succeeded"
+    elif attempts >= len(schedule):
+        changes = {"status": DeliveryStatus.FAILED}
+        outcome = "failed"
+    else:
+        changes = {"next_attempt_at": finished + timedelta(seconds=schedule[attempts])}
+        outcome = "retry"
     with transaction.atomic():
+        moved = Delivery.objects.filter(pk=delivery.pk, claim_token=delivery.claim_token).update(
+            claim_token=None, attempts=attempts, last_attempt_at=at, **changes
+        )
+        if not moved:
+            # Our claim's lease ran out and another task has it, or the endpoint (and the delivery
+            # with it) was deleted meanwhile: the attempt is still logged if the delivery exists;
+            # its state is the other task's to set.
+            if not Delivery.objects.filter(pk=delivery.pk).exists():
+                return Outcome("gone")
+            outcome = "claimed_elsewhere"
         DeliveryAttempt.objects.create(
             delivery=delivery, attempted_at=at, url=delivery.url or endpoint.url, address=answer.address, request_headers=headers,
             response_status=answer.status, response_body=answer.body, duration_ms=answer.duration_ms,
             error=answer.error, succeeded=answer.ok,
-        )
-        if answer.ok:
-            changes: dict[str, Any] = {"status": DeliveryStatus.SUCCEEDED, "delivered_at": finished}
-            outcome = "succeeded"
-        elif attempts >= len(schedule):
-            changes = {"status": DeliveryStatus.FAILED}
-            outcome = "failed"
-        else:
-            changes = {"next_attempt_at": finished + timedelta(seconds=schedule[attempts])}
-            outcome = "retry"
-        Delivery.objects.filter(pk=delivery.pk, claim_token=delivery.claim_token).update(
-            claim_token=None, attempts=attempts, last_attempt_at=at, **changes
         )
         _circuit_after(endpoint, answer.ok, finished)
     if not answer.ok:
@@ -164,7 +171,9 @@ def _record(delivery: Delivery, endpoint: WebhookEndpoint, at: datetime, headers
 
 def _circuit_after(endpoint: WebhookEndpoint, ok: bool, now: datetime) -> None:
     # Locked: two attempts of one endpoint finishing together must not both count from the same base.
-    current = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+    current = WebhookEndpoint.objects.select_for_update().filter(pk=endpoint.pk).first()
+    if current is None:
+        return
     if ok:
         current.circuit_state, current.circuit_failures, current.circuit_retry_at = Circuit.CLOSED, 0, None
         current.failing_since = None

@@ -53,7 +53,7 @@ def post(target: Target, body: bytes, headers: dict[str, str]) -> Answer:
         finally:
             response.release_conn()
         return Answer(response.status, text, _since(started), "", address)
-    except urllib3.exceptions.HTTPError as exc:
+    except Exception as exc:  # refused, timeout, TLS, a malformed answer: a failed attempt, logged as such
         return Answer(None, "", _since(started), f"{type(exc).__name__}: {exc}"[:300], address)
     finally:
         pool.close()

@@ -154,3 +154,13 @@ def test_a_delivery_with_its_own_url_goes_there_signed_with_its_endpoints_secret
         assert DeliveryAttempt.objects.get().url == mine.url
     finally:
         mine.stop()
+
+
+def test_an_endpoint_deleted_while_its_delivery_was_handed_out_ends_quietly(endpoint, receiver):
+    receiver.set("ok")
+    owe(endpoint)
+    released: list[tuple[str, str]] = []
+    deliver.release_due(lambda *args: released.append(args))
+    endpoint.delete()
+    assert [deliver.attempt(*args).done for args in released] == ["claimed_elsewhere"]
+    assert receiver.received == []
