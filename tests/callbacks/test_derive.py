@@ -153,3 +153,30 @@ def test_a_callback_url_that_is_not_http_is_refused_at_send(alice, url):
     assert response.status_code == 400, response.content
     assert "callbackUrl" in response.json()["error"]["details"]["fields"]
     assert not Message.objects.exists()
+
+
+def test_an_inbound_message_on_the_projects_instance_becomes_a_message_inbound_delivery(alice, alice_instance):
+    from ingestion.models import IngestionEvent
+
+    endpoint = endpoint_for(alice, "message.inbound")
+    derive.run()
+
+    def inbox(n: int, from_me: bool, instance: str) -> None:
+        IngestionEvent.objects.create(
+            dedup_key=f"{n:064d}", channel="WEBHOOK", event="messages.upsert", instance_name=instance, key_id=f"3EB0IN{n}",
+            payload={"event": "messages.upsert", "instance": instance, "data": {
+                "key": {"remoteJid": "5511988887777@s.whatsapp.net", "fromMe": from_me, "id": f"3EB0IN{n}"},
+                "pushName": "Ana", "message": {"conversation": "STOP"}}},
+        )
+
+    inbox(1, False, alice_instance.name)
+    inbox(2, True, alice_instance.name)  # our own send's echo: not inbound
+    inbox(3, False, "someone-elses-instance")
+    derive.run()
+    derive.run()
+    (delivery,) = Delivery.objects.filter(endpoint=endpoint)
+    data = delivery.payload["data"]
+    assert delivery.event_type == "message.inbound" and delivery.payload["type"] == "message.inbound"
+    assert (data["from"], data["text"], data["pushName"], data["instance"], data["whatsappMessageId"]) == (
+        "+5511988887777", "STOP", "Ana", alice_instance.name, "3EB0IN1"
+    )
