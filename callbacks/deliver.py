@@ -23,6 +23,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from pilot_status import metrics
+
 from . import addresses, http, signing
 from .models import Circuit, Delivery, DeliveryAttempt, DeliveryStatus, WebhookEndpoint
 
@@ -161,6 +163,9 @@ def _record(delivery: Delivery, endpoint: WebhookEndpoint, at: datetime, headers
             error=answer.error, succeeded=answer.ok,
         )
         _circuit_after(endpoint, answer.ok, finished)
+    # ps:metrics:callbacks:{succeeded,retry,failed,claimed_elsewhere}: read with the other counters
+    # (GET /api/internal/metrics); a FAILED delivery is also in the API and the dashboard.
+    metrics.incr(f"{metrics.PREFIX}callbacks:{outcome}")
     if not answer.ok:
         log.info(
             "callback %s to endpoint %s failed (attempt %d): %s", delivery.webhook_id, endpoint.pk, attempts,

@@ -62,6 +62,9 @@ def test_a_delivery_arrives_signed_and_its_attempt_is_logged(endpoint, receiver)
     assert attempt.request_headers["webhook-signature"].startswith("v1,")
     # nothing is due any more, and a duplicate task finds nothing to claim
     assert run_due() == []
+    from pilot_status import metrics
+
+    assert metrics.read_all().get("ps:metrics:callbacks:succeeded") == 1
 
 
 def test_a_failure_waits_for_the_next_step_of_the_schedule_and_keeps_only_1_kb_of_the_answer(settings, endpoint, receiver):
