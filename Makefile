@@ -98,7 +98,7 @@ test: install browser-deps lint
 
 # mypy --strict on the product and the simulator (mypy.ini); tests, bench and chaos are excluded.
 lint: install
-	$(TEST_ENV) $(VENV)/bin/mypy messaging ingestion pilot_status dashboard simulator
+	$(TEST_ENV) $(VENV)/bin/mypy messaging ingestion pilot_status dashboard simulator callbacks
 
 # Benchmarks run with the normal durability settings (`up` without PG_FAST restores them).
 bench: migrate bench-deps

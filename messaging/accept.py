@@ -79,6 +79,7 @@ class SendRequest:
     priority: str = Priority.NORMAL
     metadata: dict[str, Any] = field(default_factory=dict)
     typing: str = Typing.AUTO
+    callback_url: str = ""
 
 
 class AnsweredBefore(Exception):
@@ -444,6 +445,7 @@ def _rows(asked: _Accepting, instance: Instance) -> tuple[list[Model], Idempoten
         variables=req.variables,
         text=rules.render(req.template, req.variables),
         metadata=req.metadata,
+        callback_url=req.callback_url,
         instance=instance,
         requested_instance=req.instance or "",
         deliver_until=deliver_until,

@@ -326,6 +326,8 @@ class Message(models.Model):
     variables = models.JSONField(default=dict, blank=True)
     text = models.TextField(help_text="The template with its variables applied")
     metadata = models.JSONField(default=dict, blank=True)
+    # The send's `callbackUrl`: this message's message.status callbacks also go there (callbacks app).
+    callback_url = models.CharField(max_length=2048, blank=True, default="")
     instance = models.ForeignKey(Instance, on_delete=models.PROTECT, related_name="messages")
     requested_instance = models.CharField(max_length=100, blank=True, default="")
 

@@ -25,11 +25,16 @@ LANES = ("otp", "utility", "marketing")
 MAINTENANCE_QUEUE = "maintenance"
 SYNC_QUEUE = "sync"
 BULK_QUEUE = "bulk"
+# Status callbacks (issue 23): the relay pass that writes and hands out deliveries, and the deliveries
+# themselves, on a queue and worker of their own (worker_callbacks): a slow receiver never holds a
+# send or a maintenance pass.
+CALLBACKS_QUEUE = "callbacks"
+DELIVER_CALLBACK_TASK = "callbacks.deliver"
 SEND_TASK = "messaging.send_message"
 
 _exchange = Exchange("pilot_status", type="direct", durable=True)
 app.conf.task_queues = [
-    Queue(name, _exchange, routing_key=name, durable=True) for name in (*LANES, MAINTENANCE_QUEUE, SYNC_QUEUE, BULK_QUEUE)
+    Queue(name, _exchange, routing_key=name, durable=True) for name in (*LANES, MAINTENANCE_QUEUE, SYNC_QUEUE, BULK_QUEUE, CALLBACKS_QUEUE)
 ]
 app.conf.update(
     task_default_queue=MAINTENANCE_QUEUE,
@@ -45,6 +50,9 @@ app.conf.task_routes = {
     "messaging.poll_instance_states": {"queue": SYNC_QUEUE},
     "ingestion.reconcile_events": {"queue": SYNC_QUEUE},
     "dashboard.run_bulk_resend": {"queue": BULK_QUEUE},
+    "callbacks.relay": {"queue": CALLBACKS_QUEUE},
+    "callbacks.prune_deliveries": {"queue": MAINTENANCE_QUEUE},
+    DELIVER_CALLBACK_TASK: {"queue": CALLBACKS_QUEUE},
 }
 
 
@@ -83,6 +91,8 @@ app.conf.beat_schedule = {
     "reconcile-ingestion": _entry("ingestion.reconcile_events", _period("INGESTION_RECONCILE_SECONDS", 300)),
     "prune-timelines": _entry("messaging.prune_timelines", _period("RETENTION_SECONDS", 600)),
     "prune-inbox": _entry("ingestion.prune_inbox", _period("RETENTION_SECONDS", 600)),
+    "relay-callbacks": _entry("callbacks.relay", _period("CALLBACKS_RELAY_SECONDS", 1)),
+    "prune-callbacks": _entry("callbacks.prune_deliveries", _period("RETENTION_SECONDS", 600)),
 }
 BEAT_TASKS = frozenset(entry["task"] for entry in app.conf.beat_schedule.values())
 
@@ -168,4 +178,4 @@ def _send_waiting_counts(**kwargs: Any) -> None:
     metrics.flush()
 
 
-app.autodiscover_tasks(["messaging", "messaging.sending", "ingestion", "dashboard"])
+app.autodiscover_tasks(["messaging", "messaging.sending", "ingestion", "dashboard", "callbacks"])

@@ -168,6 +168,7 @@ INSTALLED_APPS = [
     "messaging",
     "ingestion",
     "dashboard",
+    "callbacks",
 ]
 
 MIDDLEWARE = [
@@ -478,7 +479,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": r"/v1",
     # failureReason appears on messages and dead letters: one enum in the schema, under one name.
-    "ENUM_NAME_OVERRIDES": {"FailureReasonEnum": "messaging.api.schema.FAILURE_REASONS"},
+    "ENUM_NAME_OVERRIDES": {
+        "FailureReasonEnum": "messaging.api.schema.FAILURE_REASONS",
+        "WebhookEventTypeEnum": "callbacks.models.EVENT_TYPES",
+    },
     # /v1/docs/ loads Swagger UI from our own static files (drf-spectacular-sidecar), never a CDN:
     # the docs work offline and no third party's script runs on this origin.
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -517,3 +521,42 @@ RETENTION_PASS_SECONDS = envfloat("RETENTION_PASS_SECONDS", 30.0, above=0)
 # of finished messages are deleted after this many days, 1,000 rows per statement.
 INBOX_RETENTION_DAYS = envint("INBOX_RETENTION_DAYS", 30, minimum=1)
 TIMELINE_RETENTION_DAYS = envint("TIMELINE_RETENTION_DAYS", 90, minimum=1)
+
+# Status callbacks (issue 23; docs/security.md "Callbacks", docs/architecture.md "Path of a callback").
+# Beat period of the relay pass that writes deliveries from the timeline, the inbox and the opt-ins
+# and hands the due ones to the `callbacks` queue (pilot_status/celery.py reads the same variable).
+CALLBACKS_RELAY_SECONDS = envfloat("CALLBACKS_RELAY_SECONDS", 1.0, above=0)
+# Waits before each attempt, in seconds: Svix's schedule (immediately, 5 s, 5 min, 30 min, 2 h, 5 h,
+# 10 h, 10 h: about 27.6 h). After the last one fails the delivery is FAILED (replayable).
+def envwaits(name: str, default: str) -> list[float]:
+    """Comma-separated waits in seconds (1 to 20 of them, each >= 0)."""
+    raw = envstr(name, default)
+    try:
+        waits = [float(part) for part in raw.split(",")]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be comma-separated seconds, got {raw!r}") from exc
+    if not 1 <= len(waits) <= 20 or any(not 0 <= wait < 10**7 for wait in waits):
+        raise ImproperlyConfigured(f"{name} must be 1 to 20 waits of 0 to 10^7 seconds, got {raw!r}")
+    return waits
+
+
+CALLBACKS_RETRY_SCHEDULE = envwaits("CALLBACKS_RETRY_SCHEDULE", "0,5,300,1800,7200,18000,36000,36000")
+# An endpoint that has failed without a single success for this long is disabled (Svix: 5 days).
+CALLBACKS_DISABLE_AFTER_SECONDS = envfloat("CALLBACKS_DISABLE_AFTER_SECONDS", 5 * 24 * 3600.0, above=0)
+# The circuit per endpoint: opens after this many failed attempts in a row; one probe after the wait.
+CALLBACKS_CIRCUIT_FAILURES = envint("CALLBACKS_CIRCUIT_FAILURES", 5, minimum=1)
+CALLBACKS_CIRCUIT_OPEN_SECONDS = envfloat("CALLBACKS_CIRCUIT_OPEN_SECONDS", 60.0, above=0)
+# One attempt: connect and whole-answer timeouts (Svix waits 15 s), and what is kept of the answer.
+CALLBACKS_CONNECT_TIMEOUT_SECONDS = envfloat("CALLBACKS_CONNECT_TIMEOUT_SECONDS", 5.0, above=0, at_most=30)
+CALLBACKS_TIMEOUT_SECONDS = envfloat("CALLBACKS_TIMEOUT_SECONDS", 15.0, above=0, at_most=60)
+CALLBACKS_RESPONSE_BODY_BYTES = envint("CALLBACKS_RESPONSE_BODY_BYTES", 1024, minimum=0)
+# A delivery handed to Celery and never claimed (a lost task) is due again after this long.
+CALLBACKS_RELEASE_LEASE_SECONDS = envfloat("CALLBACKS_RELEASE_LEASE_SECONDS", 120.0, above=0)
+# Finished deliveries (SUCCEEDED, FAILED) and their attempts are deleted after this many days.
+CALLBACKS_RETENTION_DAYS = envint("CALLBACKS_RETENTION_DAYS", 30, minimum=1)
+# Bounds of the API: endpoints per project, URL length.
+CALLBACKS_MAX_ENDPOINTS_PER_PROJECT = envint("CALLBACKS_MAX_ENDPOINTS_PER_PROJECT", 20, minimum=1)
+CALLBACKS_MAX_URL_LENGTH = envint("CALLBACKS_MAX_URL_LENGTH", 2048, minimum=16)
+# Refuse endpoints whose host resolves to a loopback, private, link-local, multicast, reserved or
+# metadata address, at registration and before every attempt. True only for development and tests.
+CALLBACKS_ALLOW_PRIVATE_ADDRESSES = envbool("CALLBACKS_ALLOW_PRIVATE_ADDRESSES", False)

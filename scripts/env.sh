@@ -94,6 +94,9 @@ _pilot_env() {
         # test's timings are its own; tests/messaging/test_typing.py turns it on where it is the subject.
         _pilot_default TYPING_DELAY_MS_PER_CHAR 0
         _pilot_default TYPING_DELAY_OTP_MS 0
+        # Tests run their webhook receivers on 127.0.0.1; tests/callbacks/test_addresses.py turns the
+        # guard back on where it is the subject (docs/security.md "Callbacks").
+        _pilot_default CALLBACKS_ALLOW_PRIVATE_ADDRESSES true
     else
         _pilot_load_dotenv "$_pilot_root/.env"
     fi

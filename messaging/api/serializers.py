@@ -8,6 +8,8 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import URLValidator
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -188,6 +190,12 @@ class SendMessageSerializer(StrictSerializer):
         "character, at most 3 s, ±20 %; an OTP 0.3 s), and the send waits for it. `off`: sent at once.",
     )
 
+    callbackUrl = StrictCharField(
+        max_length=settings.CALLBACKS_MAX_URL_LENGTH, required=False, allow_null=True, default=None, trim_whitespace=False,
+        help_text="http(s) URL that gets this message's `message.status` callbacks (signed with the project's "
+        "per-message endpoint secret, listed by GET /v1/webhook-endpoints); its addresses are checked before every attempt.",
+    )
+
     # Optional fields where an explicit null means "not given" (SDKs send unset fields as null).
     NULL_MEANS_ABSENT = ("variables", "priority", "metadata", "typing")
 
@@ -209,6 +217,16 @@ class SendMessageSerializer(StrictSerializer):
     def validate_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
         if problem := metadata_problem(value):
             raise serializers.ValidationError(problem)
+        return value
+
+    def validate_callbackUrl(self, value: str | None) -> str | None:  # noqa: N802 (DRF's validate_<field>)
+        # Its shape only: resolving a host has no place on the accept path; callbacks checks the
+        # addresses before every attempt (docs/security.md "Status callbacks").
+        if value is not None:
+            try:
+                URLValidator(schemes=["http", "https"])(value)
+            except DjangoValidationError as exc:
+                raise serializers.ValidationError("Must be an http:// or https:// URL.") from exc
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +261,7 @@ class SendMessageSerializer(StrictSerializer):
             priority=data["priority"],
             metadata=data["metadata"],
             typing=data["typing"],
+            callback_url=data["callbackUrl"] or "",
         )
 
 
@@ -318,7 +337,7 @@ def _plain_instance(value: Any) -> str | None:
 
 def plain_send_request(data: Any) -> SendRequest | None:
     """The SendRequest SendMessageSerializer would give for a plain, valid body, else None."""
-    if type(data) is not dict or not data.keys() <= _SEND_FIELDS:
+    if type(data) is not dict or not data.keys() <= _SEND_FIELDS or "callbackUrl" in data:
         return None
     if data.get("deliverUntil") is not None:
         return None  # date parsing and its limits: DRF's DateTimeField decides

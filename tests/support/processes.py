@@ -23,6 +23,9 @@ LOG_DIR = Path(os.environ.get("PS_TEST_LOG_DIR") or ROOT / "artifacts" / "logs")
 LANES = ("otp", "utility", "marketing")
 # The maintenance queues (pilot_status/celery.py), each with its own worker in the Procfile.
 MAINTENANCE_QUEUES = ("maintenance", "sync", "bulk")
+CALLBACKS_QUEUE = "callbacks"
+# Every queue a beat entry goes to (pilot_status/celery.py): start_maintenance serves them all.
+BEAT_QUEUES = (*MAINTENANCE_QUEUES, CALLBACKS_QUEUE)
 
 
 def free_port() -> int:
@@ -187,7 +190,7 @@ class Stack:
         start(): most tests run the one-pass functions themselves, at the moment they choose."""
         env = {**self.env, **periods}
         offsets = {}
-        for queue in MAINTENANCE_QUEUES:
+        for queue in BEAT_QUEUES:
             worker = self._maintenance_worker(queue, env)
             offsets[queue] = log_size(worker.log)
             self.processes[f"worker-{queue}"] = worker.start()
@@ -197,9 +200,36 @@ class Stack:
              "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
             env,
         ).start()
-        for queue in MAINTENANCE_QUEUES:
+        for queue in BEAT_QUEUES:
             worker = self.processes[f"worker-{queue}"]
             wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offsets[queue])
+
+    def start_callbacks(self, settings_env: dict[str, str]) -> None:
+        """The Procfile's worker_callbacks (threads pool) and beat, whose relay-callbacks entry runs
+        the relay pass; settings_env shortens the periods and the retry schedule for a test."""
+        env = {**self.env, **settings_env}
+        worker = Process(
+            "worker-callbacks",
+            [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", CALLBACKS_QUEUE, "-n", "callbacks@test",
+             "-P", "threads", "-c", "4", "--prefetch-multiplier", "1", "-O", "fair", "--without-gossip",
+             "--without-mingle", "--without-heartbeat", "-l", "info"],
+            env,
+        )
+        offset = log_size(worker.log)
+        self.processes["worker-callbacks"] = worker.start()
+        self.processes["beat"] = Process(
+            "beat",
+            [sys.executable, "-m", "celery", "-A", "pilot_status", "beat", "-l", "info",
+             "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
+            env,
+        ).start()
+        wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offset)
+
+    def stop_callbacks(self) -> None:
+        for name in ("beat", "worker-callbacks"):
+            process = self.processes.pop(name, None)
+            if process is not None:
+                process.stop()
 
     def stop_maintenance(self) -> None:
         for name in ("beat", *(f"worker-{queue}" for queue in MAINTENANCE_QUEUES)):
@@ -269,7 +299,7 @@ class Stack:
         ingest = queue_names()
         # The consumer's delay and parking queues too: a message left waiting there by one test
         # would come back in the next one.
-        queues = LANES + MAINTENANCE_QUEUES + (ingest.work, *(ingest.retry(d) for d in RETRY_DELAYS_S), ingest.parking)
+        queues = LANES + MAINTENANCE_QUEUES + (CALLBACKS_QUEUE, ingest.work, *(ingest.retry(d) for d in RETRY_DELAYS_S), ingest.parking)
         with app.connection_for_write() as conn:
             for queue in queues:
                 channel = conn.channel()  # a missing queue closes its channel: one each

@@ -1,0 +1,182 @@
+"""Deliveries are derived from rows already committed (timeline, inbox, opt-ins): one per endpoint and
+source, whatever the number of passes, and a row that commits late is not skipped."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from callbacks import derive
+from callbacks.models import Delivery, RelayCursor, WebhookEndpoint
+from messaging import lifecycle, opt_ins
+from messaging.models import FailureReason, Message
+from tests.messaging.sending_helpers import RECIPIENT, send
+from tests.support.processes import test_database_url as database_url
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("alice_instance")]
+
+
+def endpoint_for(actor, *event_types: str) -> WebhookEndpoint:
+    return WebhookEndpoint.objects.create(
+        project=actor.project, url="http://127.0.0.1:9/hook", event_types=list(event_types or ["message.status"])
+    )
+
+
+def status_payloads(endpoint: WebhookEndpoint) -> list[dict]:
+    rows = Delivery.objects.filter(endpoint=endpoint, event_type="message.status").order_by("source")
+    return sorted((d.payload["data"] for d in rows), key=lambda data: data["sequence"])
+
+
+def test_each_status_change_becomes_one_delivery_per_endpoint_even_when_the_pass_runs_twice(alice, carol):
+    # given: two endpoints of alice's and one of carol's
+    first, second = endpoint_for(alice), endpoint_for(alice)
+    other = endpoint_for(carol)
+    message = send(alice, metadata={"order": "42"})
+
+    # when: the message moves SENT → DELIVERED and the pass runs, twice
+    assert message.advance("SENT") and message.advance("DELIVERED")
+    derive.run()
+    derive.run()
+
+    # then: each of alice's endpoints has each change once, in order, with its sequence
+    for endpoint in (first, second):
+        data = status_payloads(endpoint)
+        assert [d["status"] for d in data] == ["SENT", "DELIVERED"]
+        assert data[0]["sequence"] < data[1]["sequence"]
+        assert {d["messageId"] for d in data} == {str(message.pk)}
+        assert data[0]["metadata"] == {"order": "42"} and data[0]["to"] == RECIPIENT
+        assert data[0]["failureReason"] is None
+    assert not Delivery.objects.filter(endpoint=other).exists()
+    assert Delivery.objects.count() == 4
+
+
+def test_a_failure_carries_its_reason(alice):
+    endpoint = endpoint_for(alice)
+    message = send(alice)
+    assert lifecycle.fail(message, FailureReason.INVALID_RECIPIENT, "not on WhatsApp")
+    derive.run()
+    (data,) = status_payloads(endpoint)
+    assert data["status"] == "FAILED" and data["failureReason"] == "INVALID_RECIPIENT"
+
+
+def test_an_endpoint_that_does_not_ask_for_the_type_gets_nothing(alice):
+    endpoint_for(alice, "opt_in.revoked")
+    send(alice).advance("SENT")
+    derive.run()
+    assert not Delivery.objects.exists()
+
+
+def test_a_row_committed_late_with_a_smaller_id_is_not_skipped(alice):
+    endpoint = endpoint_for(alice)
+    message = send(alice)
+    derive.run()  # the cursor is past everything so far
+
+    # given: another connection writes a status line (taking the next id) and does not commit yet
+    late = psycopg.connect(database_url().replace("postgresql+psycopg", "postgresql"))
+    try:
+        with late.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at) "
+                "VALUES (%s, 'STATUS', '', '{\"status\": \"SERVER_ACK\"}', now()) RETURNING id",
+                [message.pk],
+            )
+            late_id = cursor.fetchone()[0]
+
+        # when: a later line commits first and a pass runs, then the late one commits and a pass runs
+        assert message.advance("SENT")
+        derive.run()
+        seen_first = [d["sequence"] for d in status_payloads(endpoint)]
+        assert RelayCursor.objects.get(name="timeline").position < late_id
+        late.commit()
+        derive.run()
+    finally:
+        late.close()
+
+    # then: both arrived, the late one in the second pass
+    assert late_id not in seen_first and len(seen_first) == 1
+    assert sorted(d["sequence"] for d in status_payloads(endpoint)) == sorted([late_id, *seen_first])
+
+
+def test_without_endpoints_the_cursors_move_on(alice):
+    send(alice).advance("SENT")
+    derive.run()
+    derive.run()
+    assert not Delivery.objects.exists()
+    # an endpoint created now starts from now, not from the beginning of the timeline
+    endpoint = endpoint_for(alice)
+    derive.run()
+    assert not Delivery.objects.filter(endpoint=endpoint).exists()
+    send(alice, to="+5511988887778").advance("SENT")
+    derive.run()
+    assert [d["status"] for d in status_payloads(endpoint)] == ["SENT"]
+
+
+def test_a_revoked_opt_in_becomes_an_opt_in_revoked_delivery(alice):
+    endpoint = endpoint_for(alice, "opt_in.revoked")
+    opt_ins.record(alice.project, RECIPIENT, "signup form")
+    derive.run()
+    assert opt_ins.revoke(alice.project, RECIPIENT) is not None
+    derive.run()
+    derive.run()
+    (delivery,) = Delivery.objects.filter(endpoint=endpoint)
+    assert delivery.event_type == "opt_in.revoked"
+    assert delivery.payload["data"]["phone"] == RECIPIENT and delivery.payload["data"]["revokedAt"]
+
+
+def test_a_sends_callback_url_gets_its_status_changes_through_the_per_message_endpoint(alice):
+    # no endpoint registered at all: the send's callbackUrl is enough
+    message = send(alice, callbackUrl="https://hooks.example.com/pilot?order=42")
+    other = send(alice, to="+5511988887778")
+    assert Message.objects.get(pk=message.pk).callback_url == "https://hooks.example.com/pilot?order=42"
+    message.advance("SENT")
+    other.advance("SENT")
+    derive.run()
+    derive.run()
+    (endpoint,) = WebhookEndpoint.objects.filter(project=alice.project)
+    assert endpoint.per_message and endpoint.url == "" and endpoint.secret.startswith("whsec_")
+    (delivery,) = Delivery.objects.all()
+    assert delivery.url == "https://hooks.example.com/pilot?order=42"
+    assert delivery.payload["data"]["messageId"] == str(message.pk) and delivery.payload["data"]["status"] == "SENT"
+
+    listed = alice.client().get("/v1/webhook-endpoints").json()["data"]
+    assert [e["perMessage"] for e in listed] == [True]
+    fixed = alice.client().patch(f"/v1/webhook-endpoints/{endpoint.pk}", {"url": "https://x.example.com/"}, format="json")
+    assert fixed.status_code == 400
+
+
+@pytest.mark.parametrize("url", ["ftp://hooks.example.com/", "not a url", "https://" + "a" * 2050 + ".com/"])
+def test_a_callback_url_that_is_not_http_is_refused_at_send(alice, url):
+    opt_ins.record(alice.project, RECIPIENT, "signup form")
+    response = alice.client().post(
+        "/v1/messages/send", {"to": RECIPIENT, "category": "UTILITY", "text": "hi", "callbackUrl": url}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert "callbackUrl" in response.json()["error"]["details"]["fields"]
+    assert not Message.objects.exists()
+
+
+def test_an_inbound_message_on_the_projects_instance_becomes_a_message_inbound_delivery(alice, alice_instance):
+    from ingestion.models import IngestionEvent
+
+    endpoint = endpoint_for(alice, "message.inbound")
+    derive.run()
+
+    def inbox(n: int, from_me: bool, instance: str) -> None:
+        IngestionEvent.objects.create(
+            dedup_key=f"{n:064d}", channel="WEBHOOK", event="messages.upsert", instance_name=instance, key_id=f"3EB0IN{n}",
+            payload={"event": "messages.upsert", "instance": instance, "data": {
+                "key": {"remoteJid": "5511988887777@s.whatsapp.net", "fromMe": from_me, "id": f"3EB0IN{n}"},
+                "pushName": "Ana", "message": {"conversation": "STOP"}}},
+        )
+
+    inbox(1, False, alice_instance.name)
+    inbox(2, True, alice_instance.name)  # our own send's echo: not inbound
+    inbox(3, False, "someone-elses-instance")
+    derive.run()
+    derive.run()
+    (delivery,) = Delivery.objects.filter(endpoint=endpoint)
+    data = delivery.payload["data"]
+    assert delivery.event_type == "message.inbound" and delivery.payload["type"] == "message.inbound"
+    assert (data["from"], data["text"], data["pushName"], data["instance"], data["whatsappMessageId"]) == (
+        "+5511988887777", "STOP", "Ana", alice_instance.name, "3EB0IN1"
+    )
