@@ -118,3 +118,10 @@ def test_chaos_runs_the_described_webhook_pool():
     site = topology.stack_site(8000, webhook_port=8124, webhook_pool=("-w", "2", "--worker-class", "gthread", "--threads", "4"),
                                access_log=())
     assert webhook_pool_argv(8124, workers=2, threads=4) == topology.process("webhook").command(site)
+
+
+def test_the_generator_refuses_anything_but_procfile_with_its_usage(capsys):
+    assert topology.main([]) == 2 and topology.main(["compose"]) == 2
+    assert "usage: python -m pilot_status.topology procfile" in capsys.readouterr().err
+    assert topology.main(["procfile"]) == 0
+    assert capsys.readouterr().out == topology.procfile()
