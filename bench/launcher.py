@@ -6,7 +6,9 @@ test fixture, and every process runs with bench.settings so the baseline view an
 The simulator posts its webhooks to the webhook pool and the consumer forwards there (as in `make run`);
 the client API and the bare baseline view stay on the web pool.
 Each process gets its own session so it can be stopped (and only it) by its process group.
-Priorities are the Procfile's: every process it starts through pilot_status.priority runs here through it too, at
+Every command comes from the process topology (pilot_status/topology.py), as the Procfile's and compose's do;
+this module fills in only its ports, node names (`<queue>@bench`), Celery app (bench.celery_app), logs and
+environment. Priorities are the topology's: every background process runs here through pilot_status.priority, at
 BACKGROUND_NICE (default 10). BENCH_NICE=name=N,... sets chosen processes' priority instead, and
 BENCH_WORKER_ARGS_<LANE> adds Celery flags to one lane's worker (e.g. "--pool threads -c 4"): knobs to compare.
 """
@@ -25,6 +27,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pilot_status.lane_worker import LaneWorker
+    from pilot_status.topology import Site
+
+# pilot_status (topology, lane_worker, priority) is imported inside the functions: importing it loads the
+# Celery app, which reads Django's settings, and the bench process must choose its settings module
+# (bench.settings) before anything does.
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ("otp", "utility", "marketing")
@@ -32,14 +39,11 @@ LANES = ("otp", "utility", "marketing")
 STARTED = ("simulator", "web", "webhook", "relay", "relay-otp", "consumer", *(f"worker-{lane}" for lane in LANES))
 
 
-def background_processes(procfile: Path = ROOT / "Procfile") -> set[str]:
-    """The Procfile's processes that run at the background priority, by their names here (`_` → `-`)."""
-    names = set()
-    for line in procfile.read_text().splitlines():
-        name, sep, command = line.partition(":")
-        if sep and not line.startswith("#") and "pilot_status.priority" in command:
-            names.add(name.strip().replace("_", "-"))
-    return names
+def background_processes() -> set[str]:
+    """The topology's processes that run at the background priority, by their names here (`_` → `-`)."""
+    from pilot_status import topology
+
+    return topology.background_services()
 
 
 def priorities(env: dict[str, str]) -> dict[str, int]:
@@ -128,6 +132,15 @@ class Process:
             self.proc.wait(timeout=5)
 
 
+def _webhook_pool() -> list[str]:
+    """The topology's webhook pool flags: `-w N` first, then the worker class and threads."""
+    from pilot_status.topology import Site
+
+    pool = list(Site.webhook_pool)
+    assert pool[0] == "-w", pool
+    return pool
+
+
 @dataclass
 class StackConfig:
     database_url: str
@@ -137,10 +150,10 @@ class StackConfig:
     worker_pool: str | None = None  # None: LANE_WORKER_POOL's (threads); "prefork" for the old pool
     worker_log_level: str = "info"
     web_args: list[str] = field(default_factory=list)  # extra gunicorn flags, e.g. a worker class to compare
-    # The webhook pool (Procfile `webhook`); BENCH_WEBHOOK_WORKERS / BENCH_WEBHOOK_ARGS to compare others.
-    webhook_workers: int = field(default_factory=lambda: int(os.environ.get("BENCH_WEBHOOK_WORKERS", "4")))
-    webhook_args: list[str] = field(default_factory=lambda: os.environ.get(
-        "BENCH_WEBHOOK_ARGS", "--worker-class gthread --threads 4").split())
+    # The webhook pool (the topology's `webhook`); BENCH_WEBHOOK_WORKERS / BENCH_WEBHOOK_ARGS to compare others.
+    webhook_workers: int = field(default_factory=lambda: int(os.environ.get("BENCH_WEBHOOK_WORKERS") or _webhook_pool()[1]))
+    webhook_args: list[str] = field(default_factory=lambda: (
+        os.environ["BENCH_WEBHOOK_ARGS"].split() if "BENCH_WEBHOOK_ARGS" in os.environ else _webhook_pool()[2:]))
     log_dir: Path = ROOT / "artifacts" / "bench-logs"
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -183,60 +196,66 @@ class BenchStack:
         self.env = env
         self.processes: dict[str, Process] = {}
 
+    def site(self, port: int | None = None, web_workers: int | None = None) -> Site:
+        """What the bench fills into the topology's commands (pilot_status/topology.py)."""
+        from pilot_status import topology
+
+        simulator_args = ["--api-key", self.env["EVOLUTION_API_KEY"],
+                          "--exchange", self.env.get("EVOLUTION_RABBITMQ_EXCHANGE", "evolution_exchange"),
+                          # Evolution's own per-event queues have no consumer here; filling them would only load RabbitMQ.
+                          "--no-declare-queues"]
+        if self.env.get("EVOLUTION_RABBITMQ_URL"):
+            simulator_args += ["--rabbitmq-url", self.env["EVOLUTION_RABBITMQ_URL"]]
+        return topology.stack_site(
+            port or self.web_port, webhook_port=self.webhook_port, web_workers=web_workers or self.config.web_workers,
+            node="bench", celery_app="bench.celery_app", log_level=self.config.worker_log_level,
+            webhook_pool=("-w", str(self.config.webhook_workers), *self.config.webhook_args),
+            simulator_port=str(self.sim_port), simulator_args=tuple(simulator_args),
+        )
+
     def _process(self, name: str, kind: str, argv: list[str], ready_line: str | None = None) -> Process:
         nice = priorities(dict(os.environ)).get(name, 0)
         if nice:
             argv = [sys.executable, "-m", "pilot_status.priority", str(nice), *argv]
         return Process(name, kind, argv, self.env, self.config.log_dir / f"{name}.log", ready_line)
 
-    def simulator(self) -> Process:
-        argv = [
-            sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(self.sim_port),
-            "--api-key", self.env["EVOLUTION_API_KEY"],
-            "--exchange", self.env.get("EVOLUTION_RABBITMQ_EXCHANGE", "evolution_exchange"),
-            # Evolution's own per-event queues have no consumer here; filling them would only load RabbitMQ.
-            "--no-declare-queues",
-        ]
-        if self.env.get("EVOLUTION_RABBITMQ_URL"):
-            argv += ["--rabbitmq-url", self.env["EVOLUTION_RABBITMQ_URL"]]
-        return self._process("simulator", "simulator", argv)
+    def _described(self, name: str, kind: str, site: Site | None = None, extra: list[str] | None = None,
+                   label: str | None = None) -> Process:
+        """The topology's process `name` on this bench's site (or `site`), plus `extra` flags; `label` names
+        it here (its log, its priority) when it is a second copy."""
+        from pilot_status import topology
 
-    def _gunicorn(self, name: str, app: str, port: int, workers: int, extra: list[str]) -> Process:
-        return self._process(
-            name, name,
-            [sys.executable, "-m", "gunicorn", app, "-b", f"127.0.0.1:{port}",
-             # As in the Procfile (keep-alive, access log), so the figures are the deployed server's.
-             "-w", str(workers), "--timeout", "30", "--graceful-timeout", "5", "--keep-alive", "5",
-             "--access-logfile", "-", *extra],
-        )
+        described = topology.process(name)
+        return self._process(label or name, kind, [*described.command(site or self.site()), *(extra or [])],
+                             described.ready)
+
+    def simulator(self) -> Process:
+        return self._described("simulator", "simulator")
 
     def web(self) -> Process:
-        return self._gunicorn("web", "pilot_status.wsgi:application", self.web_port, self.config.web_workers, self.config.web_args)
+        return self._described("web", "web", extra=self.config.web_args)
 
     def wide_web(self, workers: int) -> tuple[Process, str]:
         """A second client-API pool of another size, started and stopped by B1 only: its cross-check that the
         baseline is not measured at a pool size that suits the funnel better than the bare insert."""
         port = free_port()
-        process = self._gunicorn("web-wide", "pilot_status.wsgi:application", port, workers, self.config.web_args).start()
+        process = self._described("web", "web-wide", self.site(port, workers), self.config.web_args, label="web-wide").start()
         assert process.proc is not None
         wait_for_port(port, process.proc)
         return process, f"http://127.0.0.1:{port}"
 
     def webhook(self) -> Process:
-        return self._gunicorn("webhook", "pilot_status.internal_wsgi:application", self.webhook_port, self.config.webhook_workers,
-                             ["--logger-class", "pilot_status.access_log.FailedRequestsOnly", *self.config.webhook_args])
+        return self._described("webhook", "webhook")
 
     def relay(self) -> Process:
         # As in the Procfile: the OTP lane has a relay of its own (relay-otp).
-        return self._process("relay", "relay", [sys.executable, "manage.py", "run_relay", "--lanes", "utility,marketing"],
-                             "relay started")
+        return self._described("relay", "relay")
 
     def relay_otp(self) -> Process:
-        return self._process("relay-otp", "relay", [sys.executable, "manage.py", "run_relay", "--lanes", "otp"],
-                             "relay started")
+        return self._described("relay-otp", "relay")
 
     def consumer(self) -> Process:
-        return self._process("consumer", "consumer", [sys.executable, "manage.py", "run_consumer"], "Connected to amqp")
+        return self._described("consumer", "consumer")
 
     def lane_worker(self, lane: str, pool: str | None = None) -> LaneWorker:
         """What a lane's worker runs with: the Procfile's (pilot_status.lane_worker), unless this run (or
@@ -253,13 +272,14 @@ class BenchStack:
         return lane_worker_settings(lane, env)
 
     def worker(self, lane: str, pool: str | None = None, env: dict[str, str] | None = None) -> Process:
+        from pilot_status import topology
+
         settings = self.lane_worker(lane, pool)
         process = self._process(
             f"worker-{lane}", "worker",
-            [sys.executable, "-m", "celery",
-             *settings.celery_args("bench.celery_app", f"{lane}@bench", self.config.worker_log_level),
+            [*topology.lane_worker_command(settings, self.site()),
              *os.environ.get(f"BENCH_WORKER_ARGS_{lane.upper()}", "").split()],
-            "ready.",
+            topology.process(f"worker_{lane}").ready,
         )
         process.env = {**self.env, **(env or {}), **settings.env()}
         return process

@@ -2,13 +2,13 @@
 
 The stack is tests/support/processes.Stack (gunicorn, relay, consumer, one Celery worker per lane,
 each in its own process group so a SIGKILL takes exactly it), pointed at the proxy instead of the
-simulator. The harness talks to the simulator's control API directly.
+simulator. The harness talks to the simulator's control API directly. Every command comes from the
+process topology (pilot_status/topology.py); this module adds only its ports, logs and environment.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from urllib.parse import urlparse
 
 from .proxy import TcpProxy
@@ -35,18 +35,13 @@ CHAOS_ENV = {
 
 
 def start_simulator(log_name: str = "chaos-simulator") -> object:
-    from django.conf import settings
-
-    from tests.support.processes import Process, free_port, wait_for_port
+    from pilot_status import topology
+    from tests.support.processes import Process, free_port, simulator_site, wait_for_port
     from tests.support.simulator import SimulatorClient
 
     port = free_port()
-    argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port),
-            "--api-key", settings.EVOLUTION_API_KEY, "--exchange", settings.EVOLUTION_RABBITMQ_EXCHANGE,
-            # Evolution's own per-event queues have no consumer here; filling them only loads RabbitMQ.
-            "--no-declare-queues"]
-    if settings.EVOLUTION_RABBITMQ_URL:
-        argv += ["--rabbitmq-url", settings.EVOLUTION_RABBITMQ_URL]
+    # Evolution's own per-event queues have no consumer here; filling them only loads RabbitMQ.
+    argv = topology.process("simulator").command(simulator_site(port, "--no-declare-queues"))
     process = Process(log_name, argv, dict(os.environ)).start()
     wait_for_port(port, proc=process.proc)
     return SimulatorClient(f"http://127.0.0.1:{port}", process)
@@ -71,6 +66,16 @@ def start_stack(web_workers: int = 2) -> tuple[object, object, TcpProxy]:
     return stack, sim, proxy
 
 
+def webhook_pool_argv(port: int, workers: int = 2, threads: int = 4) -> list[str]:
+    """The Procfile's `webhook` command (pilot_status/topology.py) on `port`, `workers` × `threads`, without
+    the access log (S7 reads the pool's log for tracebacks)."""
+    from pilot_status import topology
+
+    pool = ("-w", str(workers), "--worker-class", "gthread", "--threads", str(threads))
+    site = topology.stack_site(0, webhook_port=port, webhook_pool=pool, access_log=())
+    return topology.process("webhook").command(site)
+
+
 def start_webhook_pool(stack: object, workers: int = 2, threads: int = 4) -> tuple[object, str]:
     """The Procfile's `webhook` pool (pilot_status.internal_wsgi, gthread workers) next to the chaos
     stack, on the stack's database and settings: (process, base URL). The chaos stack itself is the
@@ -79,9 +84,6 @@ def start_webhook_pool(stack: object, workers: int = 2, threads: int = 4) -> tup
     from tests.support.processes import Process, free_port, wait_for_port
 
     port = free_port()
-    argv = [sys.executable, "-m", "gunicorn", "pilot_status.internal_wsgi:application", "-b", f"127.0.0.1:{port}",
-            "-w", str(workers), "--worker-class", "gthread", "--threads", str(threads), "--timeout", "30",
-            "--graceful-timeout", "5", "--keep-alive", "5"]
-    process = Process("webhook", argv, dict(stack.env)).start()  # type: ignore[attr-defined]
+    process = Process("webhook", webhook_pool_argv(port, workers, threads), dict(stack.env)).start()  # type: ignore[attr-defined]
     wait_for_port(port, proc=process.proc)
     return process, f"http://127.0.0.1:{port}"

@@ -7,13 +7,13 @@ Playwright cannot download its own browser on this machine; `make test` installs
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pilot_status import topology
 from tests.support.processes import ROOT, Process, wait_for_log
 
 CHROMIUM = os.environ.get("PS_CHROMIUM", "/usr/bin/chromium")
@@ -55,13 +55,8 @@ def maintenance_worker(stack_process: Any) -> Iterator[Process]:
     """The Celery worker of the `bulk` queue (bulk resend jobs), on the test database."""
     # Its own node name and log: the beat test's stack starts a `bulk@test` of its own while this
     # session-scoped worker still runs, and two workers of one name cannot share a pidbox queue.
-    worker = Process(
-        "worker-bulk-dashboard",
-        [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", "bulk", "-n", "bulk@dashboard-test",
-         "-c", "1", "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "-l", "info"],
-        stack_process.env,
-    ).start()
+    argv = topology.process("worker_bulk").command(topology.stack_site(0, node="dashboard-test"))
+    worker = Process("worker-bulk-dashboard", argv, stack_process.env).start()
     wait_for_log(worker.log, "ready.", proc=worker.proc)
     try:
         yield worker

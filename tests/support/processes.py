@@ -6,13 +6,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 from django.conf import settings
 
+from pilot_status import topology
 from pilot_status.lane_worker import LaneWorker
 from pilot_status.lane_worker import settings_for as lane_worker_settings
 
@@ -99,16 +99,19 @@ class Process:
             self.proc.wait(timeout=5)
 
 
+def simulator_site(port: int, *extra: str) -> topology.Site:
+    """The simulator's arguments under test: the test settings' key, exchange and broker, no preloaded
+    instances (each test adds its own), and `extra` (e.g. chaos's --no-declare-queues)."""
+    args = ["--api-key", settings.EVOLUTION_API_KEY, "--exchange", settings.EVOLUTION_RABBITMQ_EXCHANGE, *extra]
+    if settings.EVOLUTION_RABBITMQ_URL:
+        args += ["--rabbitmq-url", settings.EVOLUTION_RABBITMQ_URL]
+    return topology.stack_site(0, simulator_port=str(port), simulator_args=tuple(args))
+
+
 def start_simulator(port: int | None = None) -> SimulatorClient:
     port = port or free_port()
     env = dict(os.environ)
-    argv = [
-        sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port),
-        "--api-key", settings.EVOLUTION_API_KEY,
-        "--exchange", settings.EVOLUTION_RABBITMQ_EXCHANGE,
-    ]
-    if settings.EVOLUTION_RABBITMQ_URL:
-        argv += ["--rabbitmq-url", settings.EVOLUTION_RABBITMQ_URL]
+    argv = topology.process("simulator").command(simulator_site(port))
     process = Process(f"simulator-{port}", argv, env).start()
     wait_for_port(port, proc=process.proc)
     return SimulatorClient(f"http://127.0.0.1:{port}", process)
@@ -149,19 +152,20 @@ class Stack:
         self.web_workers = web_workers
         self.processes: dict[str, Process] = {}
 
+    def site(self) -> topology.Site:
+        """What this stack fills into the topology's commands (pilot_status/topology.py): this interpreter,
+        its port, `<queue>@test` node names; no access log (the tests read the logs for what they check)."""
+        return topology.stack_site(self.port, web_workers=self.web_workers, node="test", access_log=())
+
     def _web(self) -> Process:
-        return Process(
-            "web",
-            [sys.executable, "-m", "gunicorn", "pilot_status.wsgi:application", "-b", f"127.0.0.1:{self.port}",
-             "-w", str(self.web_workers), "--timeout", "30", "--graceful-timeout", "5"],
-            self.env,
-        )
+        return Process("web", topology.process("web").command(self.site()), self.env)
 
     def _relay(self) -> Process:
-        return Process("relay", [sys.executable, "manage.py", "run_relay"], self.env)
+        # The single-pool deployment: one relay for every lane.
+        return Process("relay", topology.RELAY_ALL_LANES.command(self.site()), self.env)
 
     def _consumer(self) -> Process:
-        return Process("consumer", [sys.executable, "manage.py", "run_consumer"], self.env)
+        return Process("consumer", topology.process("consumer").command(self.site()), self.env)
 
     def lane_worker(self, lane: str) -> LaneWorker:
         """The pool and concurrency a lane's worker runs with: the Procfile's (pilot_status.lane_worker)."""
@@ -169,20 +173,13 @@ class Stack:
 
     def _worker(self, lane: str) -> Process:
         worker = self.lane_worker(lane)
-        return Process(
-            f"worker-{lane}",
-            [sys.executable, "-m", "celery", *worker.celery_args(hostname=f"{lane}@test")],
-            {**self.env, **worker.env()},
-        )
+        return Process(f"worker-{lane}", topology.lane_worker_command(worker, self.site()), {**self.env, **worker.env()})
 
     def _maintenance_worker(self, queue: str, env: dict[str, str]) -> Process:
-        return Process(
-            f"worker-{queue}",
-            [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", queue, "-n", f"{queue}@test",
-             "-c", "1", "--prefetch-multiplier", "1", "-O", "fair", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "-l", "info"],
-            env,
-        )
+        return Process(f"worker-{queue}", topology.process(f"worker_{queue}").command(self.site()), env)
+
+    def _beat(self, env: dict[str, str]) -> Process:
+        return Process("beat", topology.process("beat").command(self.site()), env)
 
     def start_maintenance(self, periods: dict[str, str]) -> None:
         """Beat (the DatabaseScheduler, as in the Procfile) and the maintenance workers, with the beat
@@ -194,12 +191,7 @@ class Stack:
             worker = self._maintenance_worker(queue, env)
             offsets[queue] = log_size(worker.log)
             self.processes[f"worker-{queue}"] = worker.start()
-        self.processes["beat"] = Process(
-            "beat",
-            [sys.executable, "-m", "celery", "-A", "pilot_status", "beat", "-l", "info",
-             "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
-            env,
-        ).start()
+        self.processes["beat"] = self._beat(env).start()
         for queue in BEAT_QUEUES:
             worker = self.processes[f"worker-{queue}"]
             wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offsets[queue])
@@ -208,21 +200,10 @@ class Stack:
         """The Procfile's worker_callbacks (threads pool) and beat, whose relay-callbacks entry runs
         the relay pass; settings_env shortens the periods and the retry schedule for a test."""
         env = {**self.env, **settings_env}
-        worker = Process(
-            "worker-callbacks",
-            [sys.executable, "-m", "celery", "-A", "pilot_status", "worker", "-Q", CALLBACKS_QUEUE, "-n", "callbacks@test",
-             "-P", "threads", "-c", "4", "--prefetch-multiplier", "1", "-O", "fair", "--without-gossip",
-             "--without-mingle", "--without-heartbeat", "-l", "info"],
-            env,
-        )
+        worker = self._maintenance_worker(CALLBACKS_QUEUE, env)
         offset = log_size(worker.log)
         self.processes["worker-callbacks"] = worker.start()
-        self.processes["beat"] = Process(
-            "beat",
-            [sys.executable, "-m", "celery", "-A", "pilot_status", "beat", "-l", "info",
-             "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
-            env,
-        ).start()
+        self.processes["beat"] = self._beat(env).start()
         wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offset)
 
     def stop_callbacks(self) -> None:
@@ -232,7 +213,7 @@ class Stack:
                 process.stop()
 
     def stop_maintenance(self) -> None:
-        for name in ("beat", *(f"worker-{queue}" for queue in MAINTENANCE_QUEUES)):
+        for name in ("beat", *(f"worker-{queue}" for queue in BEAT_QUEUES)):
             process = self.processes.pop(name, None)
             if process is not None:
                 process.stop()
