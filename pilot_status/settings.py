@@ -217,10 +217,14 @@ DATABASES = {
 DATABASES["default"].setdefault("OPTIONS", {})
 # A dead database must fail fast (the API answers 503) instead of hanging a worker.
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", envint("DATABASE_CONNECT_TIMEOUT", 3))
-# Lets a cursor ask for prepared statements (Django turns them off). Django's own cursors bind
-# parameters client-side and are never prepared; only messaging.accept's two statements per
-# accepted message are (server-side binding, prepared on first use on each connection).
-DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
+# Prepared statements for the few statements that run once or more per message (messaging.prepared:
+# accepting, claiming, a send's result, a receipt): server-side binding, prepared on first use on each
+# connection. Django's own cursors bind parameters client-side and are never prepared. 0 = the plain
+# Django way: those statements too go through connection.cursor() (client-side binding, no
+# preparation), and psycopg's prepare_threshold stays Django's None.
+DATABASE_PREPARED_STATEMENTS = envbool("DATABASE_PREPARED_STATEMENTS", True)
+if DATABASE_PREPARED_STATEMENTS:
+    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)  # lets a cursor ask (Django: None)
 # Optional: give up on a lock after this many ms instead of queueing behind it (0 = wait). Every
 # background step here retries, so failing fast beats piling up behind a long DDL or TRUNCATE.
 _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
