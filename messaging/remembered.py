@@ -21,7 +21,8 @@ from . import rules
 from .models import ApiKey, ConnectionState, Instance, OptIn, Project
 
 if TYPE_CHECKING:
-    from .accept import FunnelFacts, SendRequest
+    from .accept import SendRequest
+    from .funnel import FunnelFacts
 
 SEEN_LIMIT = 4096
 _seen: dict[tuple[int, str, bool], rules.InstanceCandidates] = {}
