@@ -5,40 +5,34 @@ idempotent answer, and NOTIFYs the relay. No broker, Redis or HTTP call sits on 
 accepting keeps working while they are down.
 
 Accepting is the API's hot path (issue 7, docs/benchmarks.md B1), so it costs two database round
-trips: one SELECT reads everything the funnel needs (the stored Idempotency-Key answer, the
-opt-in, the candidate instances), and one statement writes every row (data-modifying CTEs; a
-single statement is atomic by itself, so no BEGIN/COMMIT either). The decisions between the two
-stay plain functions in `rules`.
+trips: one SELECT reads everything the funnel needs (messaging.funnel: the stored Idempotency-Key
+answer, the opt-in, the candidate instances), and one statement writes every row: data-modifying
+CTEs composed from the INSERTs Django's insert compiler writes for save() (a single statement is
+atomic by itself, so no BEGIN/COMMIT either). Usually the read is skipped too (messaging.remembered).
+ACCEPT_ONE_STATEMENT=0 writes the same rows the plain way instead: save() inside transaction.atomic().
 """
 
 from __future__ import annotations
 
-import json
-import uuid
+import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import JSONField, Model
-from django.db.models.fields import (
-    AutoFieldMixin,
-    CharField,
-    DateField,
-    DateTimeField,
-    Field,
-    TextField,
-    UUIDField,
-)
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db.models import Model, sql
+from django.db.models.constants import OnConflict
+from django.db.models.fields import AutoFieldMixin
 from django.db.models.signals import post_save
 from django.utils import timezone
 
 from pilot_status.database import checking_connection
 
-from . import otp_window, remembered, rules, writes
+from . import otp_window, remembered, rules
 from .errors import Rejected
-from .prepared import prepared_cursor
+from .funnel import IDEMPOTENCY_TTL as IDEMPOTENCY_TTL  # messaging.reconciler's, too
+from .funnel import judge, read_facts
 from .models import (
     ApiKey,
     Category,
@@ -47,25 +41,15 @@ from .models import (
     Instance,
     Message,
     MessageEvent,
-    OptIn,
     OutboxEntry,
     Priority,
     Project,
     Typing,
 )
+from .prepared import prepared_cursor
 from .representations import accepted_body
 
-IDEMPOTENCY_TTL = timedelta(hours=24)
 OUTBOX_CHANNEL = "outbox"
-
-_ERROR_TEXT = {
-    "test_recipient_not_allowed": (403, "TEST keys may only send to the project's test number or a TEST magic number."),
-    "production_not_approved": (403, "This project is not approved for production sends yet."),
-    "unknown_instance": (422, "That instance does not belong to this project."),
-    "own_instance_required": (422, "MARKETING messages must go through one of your own instances."),
-    "no_instance_available": (422, "No WhatsApp instance is available for this project."),
-    "opt_in_required": (422, "The recipient has no live transactional opt-in for this project."),
-}
 
 
 @dataclass(frozen=True)
@@ -102,120 +86,6 @@ def refuse_if_revoked(api_key: ApiKey | None) -> None:
         raise revoked_key()
 
 
-def reject(code: str, **details: Any) -> Rejected:
-    status, text = _ERROR_TEXT[code]
-    return Rejected(status, code, text, details)
-
-
-# ---- the read: everything the funnel needs, in one query ----------------------------------
-
-def _columns(model: type[Model]) -> list[Any]:
-    return list(model._meta.concrete_fields)
-
-
-_INSTANCE_FIELDS = _columns(Instance)
-_INSTANCE_COLUMNS = ", ".join(connection.ops.quote_name(f.column) for f in _INSTANCE_FIELDS)
-_IDEMPOTENCY_FIELDS = _columns(IdempotencyRecord)
-
-
-def _best(role: str, where: str) -> str:
-    return (
-        f"(SELECT '{role}' AS role, {_INSTANCE_COLUMNS} FROM {Instance._meta.db_table}"
-        f" WHERE {where} ORDER BY {rules.OPEN_FIRST} LIMIT 1)"
-    )
-
-
-def _facts_sql(named: bool, shared: bool) -> str:
-    candidates = [_best("own", "project_id = %(project)s" + (" AND name = %(requested)s" if named else ""))]
-    if shared:
-        candidates += [_best("official", "project_id IS NULL AND is_official"), _best("shared", "project_id IS NULL")]
-    record_columns = ", ".join(f"r.{connection.ops.quote_name(f.column)}" for f in _IDEMPOTENCY_FIELDS)
-    # key_active: the API key may have been revoked since this process cached it (authentication
-    # caches keys for a few seconds); a send checks it here, in the read it makes anyway.
-    return f"""
-        SELECT f.opted_in, f.key_active, {record_columns}, c.*
-        FROM (SELECT EXISTS (SELECT 1 FROM {OptIn._meta.db_table}
-                             WHERE project_id = %(project)s AND phone = %(to)s AND revoked_at IS NULL)
-              AS opted_in,
-              (%(api_key)s::bigint IS NULL OR EXISTS (SELECT 1 FROM {ApiKey._meta.db_table}
-                                                      WHERE id = %(api_key)s::bigint AND revoked_at IS NULL))
-              AS key_active) AS f
-        LEFT JOIN {IdempotencyRecord._meta.db_table} AS r
-               ON r.project_id = %(project)s AND r.key = %(key)s AND r.created_at >= %(cutoff)s
-        LEFT JOIN ({" UNION ALL ".join(candidates)}) AS c ON true
-    """
-
-
-# (named instance?, shared candidates needed?) → SQL; built once per process.
-_FACTS_SQL = {(named, shared): _facts_sql(named, shared) for named in (False, True) for shared in (False, True)}
-
-
-@dataclass(frozen=True)
-class FunnelFacts:
-    opted_in: bool
-    candidates: rules.InstanceCandidates
-    answer: IdempotencyRecord | None = None
-    key_active: bool = True
-
-
-def _read(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with prepared_cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall())
-
-
-def _read_checking_connection(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """The request's first statement, a read that changes nothing, doubles as its connection health
-    check (one round trip less than CONN_HEALTH_CHECKS' `SELECT 1`; see pilot_status.database)."""
-    return checking_connection(lambda: _read(sql, params))
-
-
-def read_facts(
-    project: Project, req: SendRequest, idempotency_key: str | None, now: datetime, api_key: ApiKey | None = None
-) -> FunnelFacts:
-    """Whether the API key is still active, the stored answer for the Idempotency-Key, the opt-in and
-    the candidate instances: one query."""
-    named = bool(req.instance)
-    shared = not named and req.category != "MARKETING"
-    params: dict[str, Any] = {
-        "api_key": api_key.pk if api_key is not None else None,
-        "project": project.pk,
-        "to": req.to,
-        "key": idempotency_key,
-        "cutoff": now - IDEMPOTENCY_TTL,
-        "requested": req.instance or "",
-    }
-    rows = _read_checking_connection(_FACTS_SQL[(named, shared)], params)
-    width = len(_IDEMPOTENCY_FIELDS)
-    first = rows[0]
-    answer = None
-    if first[2] is not None:
-        answer = writes.load(IdempotencyRecord, first[2 : 2 + width])
-    found = {
-        row[2 + width]: writes.load(Instance, row[3 + width :]) for row in rows if row[2 + width]
-    }
-    return FunnelFacts(
-        opted_in=bool(first[0]),
-        candidates=rules.InstanceCandidates(found.get("own"), found.get("official"), found.get("shared")),
-        answer=answer,
-        key_active=bool(first[1]),
-    )
-
-
-def judge(project: Project, environment: str, req: SendRequest, facts: FunnelFacts) -> Instance:
-    """Environment (403), instance (422), opt-in (422), in the contract's order. Returns the instance."""
-    code = rules.check_environment(project, environment, req.to)
-    if code:
-        raise reject(code, to=req.to)
-    instance, code = rules.resolve_instance(req.category, req.instance, facts.opted_in, facts.candidates)
-    if code or instance is None:
-        raise reject(code or "no_instance_available", instance=req.instance)
-    code = rules.check_opt_in(req.category, instance, facts.opted_in)
-    if code:
-        raise reject(code, to=req.to)
-    return instance
-
-
 def check_funnel(project: Project, environment: str, req: SendRequest) -> Instance:
     """The funnel checks after the payload (environment, instance, opt-in). Returns the instance."""
     return judge(project, environment, req, read_facts(project, req, None, timezone.now()))
@@ -226,7 +96,7 @@ def find_idempotent_answer(project: Project, key: str, now: datetime | None = No
     return IdempotencyRecord.objects.filter(project=project, key=key, created_at__gte=cutoff).first()
 
 
-# ---- the write: one statement ------------------------------------------------------------
+# ---- the outbox -----------------------------------------------------------------------------
 
 def enqueue(message: Message, available_at: datetime | None = None) -> OutboxEntry:
     """Add an outbox entry for the relay; call inside the transaction that changed the message."""
@@ -247,136 +117,116 @@ def notify_relay(lane: str) -> None:
         cursor.execute("SELECT pg_notify(%s, %s)", [OUTBOX_CHANNEL, lane])
 
 
-# Field classes whose get_db_prep_save() hands a value of exactly this type to the driver as it
-# is (to_python returns it unchanged, PostgreSQL's backend adapts nothing; a datetime only when
-# aware: a naive one is made aware, with a warning): _row skips those calls, five to seven
-# Python calls for each of more than half of an accept's 41 values.
-_STORED_AS_GIVEN: dict[type[Field[Any, Any]], type] = {
-    CharField: str,
-    TextField: str,
-    UUIDField: uuid.UUID,
-    DateTimeField: datetime,
+# ---- the write: one statement, from Django's insert compiler (ACCEPT_ONE_STATEMENT) ------
+
+# The idempotent answer's claim: an answer older than the cutoff is replaced in place.
+_CLAIM_CONFLICT = {
+    "on_conflict": OnConflict.UPDATE,
+    "unique_fields": [IdempotencyRecord._meta.get_field(name) for name in ("project", "key")],
+    "update_fields": [IdempotencyRecord._meta.get_field(name)
+                      for name in ("request_hash", "status_code", "response", "created_at")],
 }
+_VALUES = re.compile(r" VALUES \(([^()]*)\)")
 
 
-@dataclass(frozen=True)
-class _Column:
-    field: Any
-    name: str  # quoted
-    attname: str | None  # set when pre_save() is a plain getattr (no auto_now and the like)
-    as_given: type | None  # a value of exactly this type needs no get_db_prep_save()
-    # A JSON column's value goes as JSON text cast in SQL, encoded as Django's adapter would:
-    # psycopg's JSON dumper is Python code that each new cursor sets up again (bench B1).
-    json_encoder: Any = None
-    json: bool = False
+def _insert(obj: Model, source: str | None, **on_conflict: Any) -> tuple[str, list[Any]]:
+    """The INSERT of obj as Django's insert compiler writes it for save() (pre_save(),
+    get_db_prep_save(), placeholders), and its parameters. With a source (a CTE's name) the row is
+    selected FROM it instead of VALUES: when the source has no row, nothing is inserted.
 
-
-def _plain_pre_save(f: Any) -> bool:
-    """Whether f.pre_save() only reads the attribute: Field's own, or a date(time) column that
-    is neither auto_now nor auto_now_add (an accept writes fifteen of those)."""
-    if type(f).pre_save is Field.pre_save:
-        return True
-    return type(f) in (DateField, DateTimeField) and not f.auto_now and not f.auto_now_add
-
-
-def _insert_columns(model: type[Model]) -> list[_Column]:
-    # What Model.save() inserts: every concrete column but a database-generated primary key.
-    return [
-        _Column(
-            field=f,
-            name=connection.ops.quote_name(f.column),
-            attname=f.attname if _plain_pre_save(f) else None,
-            as_given=_STORED_AS_GIVEN.get(type(f)),
-            json_encoder=getattr(f, "encoder", None),
-            json=isinstance(f, JSONField),
-        )
-        for f in model._meta.concrete_fields
-        if not isinstance(f, AutoFieldMixin)
-    ]
-
-
-_INSERTED: dict[type[Model], list[_Column]] = {
-    model: _insert_columns(model) for model in (Message, MessageEvent, OutboxEntry, IdempotencyRecord)
-}
-
-
-def _row(obj: Model, db: Any) -> tuple[str, str, list[Any]]:
-    """(table and columns, placeholders, values) of an INSERT of obj, prepared as save() does.
-
-    NULLs are left to the column default (NULL): the statement stays under psycopg's limits for
-    caching its parsed form (50 parameters), and a message has ten empty timestamps.
+    Empty nullable columns are left out (their default is NULL): a message has ten empty timestamps,
+    and the whole statement stays under psycopg's limit for caching its parsed form (50 parameters).
     """
-    columns: list[str] = []
-    placeholders: list[str] = []
-    values: list[Any] = []
-    for column in _INSERTED[type(obj)]:
-        f = column.field
-        value = getattr(obj, column.attname) if column.attname else f.pre_save(obj, True)
-        if value is None and f.null:
-            continue  # before preparing it: a third of a message's columns are empty
-        columns.append(column.name)
-        if column.json:
-            placeholders.append("%s::jsonb")
-            values.append(json.dumps(value, cls=column.json_encoder))
-            continue
-        placeholders.append("%s")
-        if type(value) is column.as_given and (column.as_given is not datetime or value.utcoffset() is not None):
-            values.append(value)
-        else:
-            values.append(f.get_db_prep_save(value, db))
-    return f"{obj._meta.db_table} ({', '.join(columns)})", ", ".join(placeholders), values
+    meta = obj._meta
+    fields = [f for f in meta.concrete_fields
+              if not isinstance(f, AutoFieldMixin) and not (f.null and getattr(obj, f.attname) is None)]
+    query = sql.InsertQuery(type(obj), **on_conflict)
+    query.insert_values(fields, [obj])
+    [(statement, params)] = query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
+    if source is not None:
+        statement, replaced = _VALUES.subn(lambda values: f" SELECT {values[1]} FROM {source}", statement, count=1)
+        if not replaced:
+            raise AssertionError(f"not a one-row INSERT … VALUES: {statement}")
+    return statement, list(params)
 
 
 def _write(
     rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime, guard: tuple[str, list[Any]] | None = None
 ) -> bool:
-    """Insert rows (and claim the Idempotency-Key first) in one statement, NOTIFY the relay.
+    """Insert rows (and claim the Idempotency-Key first), NOTIFY the relay; False when the key is held.
 
     With a claim, every row depends on it: when the key is already held by a live answer (or by
-    a racing request, whose commit this statement waits for), nothing is written and this returns
-    False. An expired answer for the key is replaced in place (the reconciler purges the rest).
+    a racing request, whose commit this waits for), nothing is written and this returns False.
+    An expired answer for the key is replaced in place (the reconciler purges the rest).
     With a guard (an SQL condition and its parameters), nothing is written unless it holds.
+    ACCEPT_ONE_STATEMENT=0: the same rows through the ORM (_write_through_orm), without a guard.
     """
-    db = connections[DEFAULT_DB_ALIAS]  # not the proxy: _row asks it for every column
+    if not settings.ACCEPT_ONE_STATEMENT:
+        if guard is not None:
+            raise ValueError("a guarded write needs ACCEPT_ONE_STATEMENT")
+        return _write_through_orm(rows, claim, cutoff)
     ctes: list[str] = []
     params: list[Any] = []
-    source = ""
+    source = None
     if guard is not None:
         ctes.append(f"guard AS (SELECT 1 WHERE {guard[0]})")
         params += guard[1]
-        source = " FROM guard"
+        source = "guard"
     if claim is not None:
-        target, placeholders, values = _row(claim, db)
-        rows_sql = f"SELECT {placeholders}{source}" if source else f"VALUES ({placeholders})"
-        ctes.append(
-            f"claim AS (INSERT INTO {target} {rows_sql}"
-            " ON CONFLICT (project_id, key) DO UPDATE SET request_hash = EXCLUDED.request_hash,"
-            " status_code = EXCLUDED.status_code, response = EXCLUDED.response, created_at = EXCLUDED.created_at"
-            f" WHERE {claim._meta.db_table}.created_at < %s RETURNING 1)"
-        )
+        statement, values = _insert(claim, source, **_CLAIM_CONFLICT)
+        ctes.append(f"claim AS ({statement} WHERE {claim._meta.db_table}.created_at < %s RETURNING 1)")
         params += [*values, cutoff]
-        source = " FROM claim"
+        source = "claim"
     for i, obj in enumerate(rows):
-        target, placeholders, values = _row(obj, db)
-        rows_sql = f"SELECT {placeholders}{source}" if source else f"VALUES ({placeholders})"
+        statement, values = _insert(obj, source)
         returning = " RETURNING lane" if isinstance(obj, OutboxEntry) else ""
-        ctes.append(f"w{i} AS (INSERT INTO {target} {rows_sql}{returning})")
+        ctes.append(f"w{i} AS ({statement}{returning})")
         params += values
     outbox = next(i for i, obj in enumerate(rows) if isinstance(obj, OutboxEntry))
-    sql = f"WITH {', '.join(ctes)} SELECT pg_notify(%s, w{outbox}.lane) FROM w{outbox}"
     with prepared_cursor() as cursor:
-        cursor.execute(sql, [*params, OUTBOX_CHANNEL])
+        cursor.execute(f"WITH {', '.join(ctes)} SELECT pg_notify(%s, w{outbox}.lane) FROM w{outbox}",
+                       [*params, OUTBOX_CHANNEL])
         written = cursor.fetchone() is not None
     if written:
-        _sent_signals(rows)
+        _saved(rows, claim)
     return written
 
 
-def _sent_signals(rows: list[Model]) -> None:
-    for obj in rows:
-        # As save() would: ps:metrics:messages:* are counted from the timeline's post_save.
+def _saved(rows: list[Model], claim: IdempotencyRecord | None) -> None:
+    """What save() does after its INSERT, which the one statement did instead: the instances are
+    stored, and post_save goes out (ps:metrics:messages:* are counted from the timeline's)."""
+    for obj in [claim, *rows] if claim is not None else rows:
+        obj._state.adding = False
+        obj._state.db = DEFAULT_DB_ALIAS
         post_save.send(sender=type(obj), instance=obj, created=True, update_fields=None, raw=False,
                        using=DEFAULT_DB_ALIAS)
+
+
+class _KeyHeld(Exception):
+    """The Idempotency-Key has a live answer: the ORM write rolls back."""
+
+
+def _write_through_orm(rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime) -> bool:
+    """The plain Django way (ACCEPT_ONE_STATEMENT=0): the same rows by save() in one transaction.
+
+    An expired answer for the key is deleted first; inserting the claim then waits for a racing
+    request's commit like the one statement does, and its unique key refuses a live answer."""
+    try:
+        with transaction.atomic():
+            if claim is not None:
+                IdempotencyRecord.objects.filter(
+                    project_id=claim.project_id, key=claim.key, created_at__lt=cutoff
+                ).delete()
+                try:
+                    claim.save(force_insert=True)
+                except IntegrityError as held:
+                    raise _KeyHeld from held
+            for obj in rows:
+                obj.save(force_insert=True)
+            notify_relay(next(obj.lane for obj in rows if isinstance(obj, OutboxEntry)))
+    except _KeyHeld:
+        return False
+    return True
 
 
 def accept_message(
@@ -395,13 +245,15 @@ def accept_message(
     asked = _Accepting(project, api_key, environment, req, idempotency_key, request_hash, timezone.now())
     if req.category == Category.OTP:
         otp_window.open_window()  # before the write: the background quiets down while this OTP goes
-    seen = remembered.candidates_seen(project, req)
+    remembering = settings.ACCEPT_REMEMBER_ROUTING and settings.ACCEPT_ONE_STATEMENT  # the guard needs the one statement
+    seen = remembered.candidates_seen(project, req) if remembering else None
     if seen is not None:
         body = _accept_on_seen(asked, seen)
         if body is not None:
             return body
     facts = read_facts(project, req, idempotency_key, asked.now, api_key)
-    remembered.remember(project, req, facts)
+    if remembering:
+        remembered.remember(project, req, facts)
     if not facts.key_active:  # revoked since this process cached it: the key answers first (contract §3)
         raise revoked_key()
     if facts.answer is not None:
@@ -504,7 +356,7 @@ def _write_checking_connection(
             return _write(rows, claim, cutoff, guard)
         # The connection was replaced: did the dead one commit our statement before it broke?
         if Message.objects.filter(pk=rows[0].pk).exists():
-            _sent_signals(rows)
+            _saved(rows, claim)
             return True
         return False
 

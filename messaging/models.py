@@ -358,7 +358,7 @@ class Message(models.Model):
     # What holds the message back (why and where) since its last WAITING line: a hold for the same
     # reason writes no new line, and the relay writes no DISPATCHED line for a held message (issue
     # 22: a held MARKETING message wrote two lines per 30 s cycle). NULL, not "", when not held:
-    # the accept insert leaves NULL columns out (messaging.accept._row).
+    # the accept insert leaves NULL columns out (messaging.accept._insert).
     hold_reason = models.CharField(max_length=200, null=True, blank=True)
     # Status sync (messaging.status_sync): when it last asked Evolution about this message, and when
     # it gave up (STATUS_SYNC_GIVE_UP_AFTER_HOURS after the send; a SYNC_STOPPED line says so).

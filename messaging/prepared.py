@@ -5,17 +5,27 @@ Postgres' CPU per accepted message, measured in issue 7). Only the statements th
 more per message use this (accepting, claiming, a send's result, a receipt); the rest of the
 project keeps Django's defaults (client-side binding, no prepared statements). Needs
 `prepare_threshold` in the database OPTIONS so that a cursor may ask (settings.DATABASES).
+DATABASE_PREPARED_STATEMENTS=0 switches it off: prepared_cursor() is then connection.cursor().
+
+Why this module and not Django's own switch (issue 25): Django exposes psycopg's preparation only
+as OPTIONS "server_side_binding": True plus "prepare_threshold", which moves every query of every
+process to server-side binding. Django's own backend says the ORM does not generate SQL that is
+always preparable (its ServerSideCursor comment, ticket #20516), and this project's raw SQL has
+statements that a server-bound parameter breaks (pilot_status.status: `SET LOCAL statement_timeout
+= %s`). Here only the hand-picked statements are bound server-side and prepared, through psycopg's
+public Cursor and its execute(prepare=True); the rest is Django's connection handling unchanged.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]  # not in django-stubs
 
 
-class _PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
+class _PreparedCursor(psycopg.Cursor[Any]):
     """Server-side parameters, and the statement prepared on its first use on a connection."""
 
     reusable = False  # the connection's kept cursor (_cursor_for)
@@ -55,8 +65,11 @@ def prepared_cursor() -> Any:
     """A Django cursor (health check, error wrapping, query logging) over a _PreparedCursor.
 
     Use it in a `with` block and read its rows inside: leaving the block hands the kept cursor
-    back (a cursor opened meanwhile, nested, is a new one)."""
-    db = connections[DEFAULT_DB_ALIAS]
+    back (a cursor opened meanwhile, nested, is a new one). DATABASE_PREPARED_STATEMENTS=0: Django's
+    own connection.cursor()."""
+    db: Any = connections[DEFAULT_DB_ALIAS]  # make_cursor() is typed for a CursorWrapper in django-stubs
+    if not settings.DATABASE_PREPARED_STATEMENTS:
+        return db.cursor()
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()

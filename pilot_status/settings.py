@@ -218,10 +218,14 @@ DATABASES = {
 DATABASES["default"].setdefault("OPTIONS", {})
 # A dead database must fail fast (the API answers 503) instead of hanging a worker.
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", envint("DATABASE_CONNECT_TIMEOUT", 3))
-# Lets a cursor ask for prepared statements (Django turns them off). Django's own cursors bind
-# parameters client-side and are never prepared; only messaging.accept's two statements per
-# accepted message are (server-side binding, prepared on first use on each connection).
-DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
+# Prepared statements for the few statements that run once or more per message (messaging.prepared:
+# accepting, claiming, a send's result, a receipt): server-side binding, prepared on first use on each
+# connection. Django's own cursors bind parameters client-side and are never prepared. 0 = the plain
+# Django way: those statements too go through connection.cursor() (client-side binding, no
+# preparation), and psycopg's prepare_threshold stays Django's None.
+DATABASE_PREPARED_STATEMENTS = envbool("DATABASE_PREPARED_STATEMENTS", True)
+if DATABASE_PREPARED_STATEMENTS:
+    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)  # lets a cursor ask (Django: None)
 # Optional: give up on a lock after this many ms instead of queueing behind it (0 = wait). Every
 # background step here retries, so failing fast beats piling up behind a long DDL or TRUNCATE.
 _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
@@ -240,6 +244,13 @@ if DATABASE_POOL_MAX_SIZE:
         "min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": DB_POOL_WAIT_SECONDS,
     }
 DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "test_pilot_status")}
+# The accept path's devices (messaging.accept, issue 25's ablation switches). ACCEPT_ONE_STATEMENT:
+# the write is one statement of data-modifying CTEs built from Django's insert compiler (0: the ORM's
+# save() of each row inside transaction.atomic(), Django's own post_save). ACCEPT_REMEMBER_ROUTING: a
+# process judges on the candidate instances it last read and the one statement re-checks them
+# (messaging.remembered; 0, or without the one statement: every accept reads its facts first).
+ACCEPT_ONE_STATEMENT = envbool("ACCEPT_ONE_STATEMENT", True)
+ACCEPT_REMEMBER_ROUTING = envbool("ACCEPT_REMEMBER_ROUTING", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = envurl("REDIS_URL", ("redis", "rediss", "unix"))
