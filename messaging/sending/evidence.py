@@ -26,6 +26,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from pilot_status.database import release_while_waiting
+
 from ..models import Message, Status
 from . import gateway
 
@@ -52,9 +54,11 @@ def judge(message: Message, now: datetime | None = None) -> Verdict:
     assert message.unconfirmed_attempt_at is not None
     since = message.unconfirmed_attempt_at
     until = message.unconfirmed_attempt_until or (now or timezone.now())
+    instance_name = message.instance.name
+    release_while_waiting()  # Evolution's answer can take seconds: the pooled connection serves others meanwhile
     try:
         records = gateway.find_sent_candidates(
-            message.instance.name, message.to, message.text, since.timestamp(), until.timestamp()
+            instance_name, message.to, message.text, since.timestamp(), until.timestamp()
         )
     except gateway.CannotTell as exc:
         return Verdict(UNKNOWN, why="Evolution could not be asked", detail={"error": str(exc)[:300]})

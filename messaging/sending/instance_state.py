@@ -16,6 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from pilot_status import metrics
+from pilot_status.database import release_while_waiting
 
 from ..models import ConnectionState, Instance, Message, OutboxEntry, Status
 from . import gateway
@@ -57,6 +58,9 @@ def current(instance: Instance) -> str | None:
         return cached[0]
     if cached and instance.connection_state == ConnectionState.OPEN:
         return ConnectionState.OPEN
+    # A lane thread asks Evolution without holding a pooled connection: when a cached state expires,
+    # every thread sending through that instance asks at once, and held connections starved the claims.
+    release_while_waiting()
     state = gateway.connection_state(instance.name)
     if state is None:
         return None
