@@ -255,6 +255,13 @@ def measure_b3(ctx: Any) -> dict[str, Any]:
 
     idle = b3_otp_latency.one_run(ctx, 0)
     busy = b3_otp_latency.one_run(ctx, ctx.sizes.b3_backlog)
+    # The backlog is still draining: the relay's passes hold the outbox's and messages' locks, and on a loaded
+    # host the next TRUNCATE lost every try to them. Stopped, the tables empty at once.
+    ctx.stack.stop_process("relay")
+    try:
+        ctx.fresh()
+    finally:
+        ctx.stack.start_process("relay")
     return {"idle_p99_ms": idle["p99_ms"], "busy_p99_ms": busy["p99_ms"], "idle_p50_ms": idle["p50_ms"],
             "busy_p50_ms": busy["p50_ms"], "ratio": _ratio(busy["p99_ms"], idle["p99_ms"]),
             "backlog_left": busy.get("backlog_left"), "all_sent": idle["all_sent"] and busy["all_sent"]}
@@ -325,19 +332,37 @@ class OtpStream:
         return latencies(self.ctx, self.ids) if self.ids else {}
 
 
-def measure(ctx: Any, sizes: AblationSizes, log: Callable[[str], None]) -> dict[str, Any]:
-    ctx.fresh()
-    b1 = measure_b1(ctx)
+def measure(ctx: Any, sizes: AblationSizes, log: Callable[[str], None], slot: dict[str, Any]) -> dict[str, Any]:
+    """Fills `slot` part by part, so that a failure late in it keeps what was measured."""
+    attempt(ctx, slot, "fresh", ctx.fresh, log)
+    b1 = slot["b1"] = attempt(ctx, slot, "B1", lambda: measure_b1(ctx), log)
     log(f"    B1 {b1['ratio']:.2f}× (p99 {b1['p99_ratio']:.2f}× the bare insert's)")
-    b5 = measure_b5(ctx, b1["baseline"]["rate"])
+    b5 = slot["b5"] = attempt(ctx, slot, "B5", lambda: measure_b5(ctx, b1["baseline"]["rate"]), log)
     log(f"    B5 {b5['ratio']:.2f}×")
-    b3 = measure_b3(ctx)
+    b3 = slot["b3"] = attempt(ctx, slot, "B3", lambda: measure_b3(ctx), log)
     log(f"    B3 {b3['ratio']:.2f}× (p99 {b3['busy_p99_ms']:.0f} vs {b3['idle_p99_ms']:.0f} ms idle)")
-    b2 = measure_b2(ctx, sizes.b2_otp_rate)
+    b2 = slot["b2"] = attempt(ctx, slot, "B2", lambda: measure_b2(ctx, sizes.b2_otp_rate), log)
     log(f"    B2 {b2['cpu_ms_per_message'].get('stack', math.nan):.1f} ms CPU/msg; SENT {b2['sent_rate']:.0f}/s, "
         f"{b2['with_otps']['sent_rate']:.0f}/s with {sizes.b2_otp_rate:g} OTP/s alongside")
-    ctx.fresh()
-    return {"b1": b1, "b5": b5, "b3": b3, "b2": b2}
+    return slot
+
+
+def attempt(ctx: Any, slot: dict[str, Any], name: str, part: Callable[[], Any], log: Callable[[str], None]) -> Any:
+    """One part of a slot, tried again once on fresh connections after a failure (as `python -m bench` does a
+    scenario: a shared host's load or a restarted server breaks a run); the slot lists what was retried."""
+    from django.db import connections
+
+    try:
+        return part()
+    except Exception:
+        failure = traceback.format_exc()
+        log(failure)
+        slot.setdefault("retried", {})[name] = failure.strip().splitlines()[-1]
+        connections.close_all()
+        time.sleep(3)
+        for dead in ctx.stack.revive():
+            slot.setdefault("revived", []).append(f"{dead} during {name}")
+        return part()
 
 
 @contextmanager
@@ -356,12 +381,28 @@ def environ(changes: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """SIGTERM/SIGINT wait until the block is done: an interrupted stop left a stack's processes running."""
+    received: list[int] = []
+    saved = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+             for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if received:
+            raise KeyboardInterrupt(f"signal {received[0]}")
+
+
 def run_slot(variant: Variant, config: StackConfig, world: Any, sizes: AblationSizes,
              log: Callable[[str], None]) -> dict[str, Any]:
     from .context import DISTURBANCES, Context
     from .world import Simulator
 
     started = time.monotonic()
+    slot: dict[str, Any] = {}
     DISTURBANCES.clear()
     with environ(variant.env):
         stack = BenchStack(replace(config, extra_env={**config.extra_env, **variant.env},
@@ -369,15 +410,16 @@ def run_slot(variant: Variant, config: StackConfig, world: Any, sizes: AblationS
         try:
             stack.start()
             ctx = Context(stack, Simulator(stack.simulator_url), world, sizes.scenario_sizes(), log=log)
-            slot = measure(ctx, sizes, log)
+            measure(ctx, sizes, log, slot)
         except Exception:
-            slot = {"error": traceback.format_exc()}
+            slot["error"] = traceback.format_exc()
             log(slot["error"])
             from django.db import connections
 
             connections.close_all()
         finally:
-            stack.stop()
+            with deferred_interrupts():
+                stack.stop()
     if DISTURBANCES:
         slot["disturbed"] = list(DISTURBANCES)
     slot["elapsed_s"] = round(time.monotonic() - started, 1)
