@@ -352,6 +352,7 @@ def attempt(ctx: Any, slot: dict[str, Any], name: str, part: Callable[[], Any], 
     scenario: a shared host's load or a restarted server breaks a run); the slot lists what was retried."""
     from django.db import connections
 
+    started = time.monotonic()
     try:
         return part()
     except Exception:
@@ -363,6 +364,9 @@ def attempt(ctx: Any, slot: dict[str, Any], name: str, part: Callable[[], Any], 
         for dead in ctx.stack.revive():
             slot.setdefault("revived", []).append(f"{dead} during {name}")
         return part()
+    finally:
+        # Where a slot's time goes: what to shrink (--set) when the whole ablation must be shorter.
+        slot.setdefault("seconds", {})[name] = round(time.monotonic() - started, 1)
 
 
 @contextmanager
