@@ -4,6 +4,8 @@
     python -m bench --only B1,B3          # a subset
     python -m bench --smoke --out X.md    # tiny sizes (tests/bench/test_bench_smoke.py)
     python -m bench --set b2_messages=20000 --set runs=5
+    python -m bench --ablation            # each device of issue 25 off alone (bench/ablation.py)
+    python -m bench --ablation --variants list | --variants otp-window,priorities --rounds 3
 
 Sizes: bench/sizes.py (env BENCH_<NAME> or --set name=value).
 """
@@ -33,8 +35,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios (default: all)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: proves the harness works, measures nothing")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override one size")
-    p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"), help="the Markdown report")
-    p.add_argument("--json", default=None, help="raw results (default: artifacts/bench/results.json)")
+    p.add_argument("--out", default=None, help="the Markdown report (default: docs/benchmarks.md; with --ablation, "
+                                                "the table next to its JSON, artifacts/bench/ablation.md)")
+    p.add_argument("--json", default=None, help="raw results (default: artifacts/bench/results.json, or ablation.json)")
+    p.add_argument("--ablation", action="store_true",
+                   help="the ablation table: each device switched off alone, interleaved (bench/ablation.py);\n"
+                        "--set then names bench/ablation.py's sizes (rounds, b2_messages, ...)")
+    p.add_argument("--variants", default="", help='with --ablation: "list", or comma-separated variants (default: all)')
+    p.add_argument("--rounds", type=int, default=0, help="with --ablation: rounds over the variants (default 2)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
     p.add_argument("--report-only", action="store_true", help="only render --out from the results JSON")
     p.add_argument("--keep", action="store_true",
@@ -61,6 +69,11 @@ def setup_django(database_url: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.ablation:
+        from . import ablation
+
+        return ablation.main(args, setup_django)
+    args.out = args.out or str(ROOT / "docs" / "benchmarks.md")
     only = [s.strip().upper() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(SCENARIOS)
     if unknown:

@@ -1,0 +1,208 @@
+"""`python -m bench --ablation` (bench/ablation.py): the verdict rule and the table on given figures, the
+variants' order, which servers are ours, and the whole harness end to end at smoke sizes.
+
+The end-to-end test asserts no speed (benchmarks measure, tests do not time): it checks that every variant
+ran every figure in its own stack and that the table was written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import ablation
+from bench.ablation import REFERENCE, VARIANTS, render, rounds_order, select, verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Today's figures, every target met: B1 0.8× with p99 1.3×, B3 1.3×, B5 0.6×, 20 ms of CPU per message.
+TODAY = {"b1_ratio": 0.8, "b1_p99_ratio": 1.3, "b3_ratio": 1.3, "b5_ratio": 0.6, "b2_cpu_ms": 20.0}
+
+
+def _figures(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    """A variant's summary figures as bench.ablation.summarize shapes them, from each round's values."""
+    keys = {*TODAY, *(key for key, _ in ablation.EXTRA)}
+    figures = {}
+    for key in keys:
+        values = [r.get(key, math.nan) for r in rounds]
+        clean = sorted(v for v in values if not math.isnan(v))
+        median = clean[len(clean) // 2] if clean else math.nan
+        figures[key] = {"median": median, "min": min(clean, default=math.nan), "max": max(clean, default=math.nan),
+                        "runs": values}
+    return figures
+
+
+def _same(**changed: float) -> dict[str, float]:
+    return {**TODAY, **changed}
+
+
+def test_a_device_whose_absence_breaks_a_met_target_earns_its_place() -> None:
+    # given: B3 at 1.3x with the device, 1.8x without (above the 1.5x floor)
+    reference = _figures([TODAY, TODAY])
+    off = _figures([_same(b3_ratio=1.8), _same(b3_ratio=1.7)])
+
+    # when
+    word, reasons = verdict(off, reference)
+
+    # then
+    assert word == "earns its place"
+    assert "B3 falls below ≤ 1.5×" in reasons
+    assert "B3 ratio +38 %" in reasons  # and the cost itself: 1.3 -> 1.8 (ranges apart)
+
+
+def test_a_device_that_costs_more_than_5_percent_of_a_figure_earns_its_place_though_every_target_holds() -> None:
+    reference = _figures([TODAY, _same(b2_cpu_ms=21.0)])
+    off = _figures([_same(b2_cpu_ms=23.0), _same(b2_cpu_ms=22.5)])  # median 23 against 21: +10 %
+
+    word, reasons = verdict(off, reference)
+
+    assert word == "earns its place"
+    assert reasons == ["B2 CPU ms/msg +10 %"]
+
+
+def test_a_device_whose_absence_changes_every_figure_by_5_percent_or_less_is_removable() -> None:
+    reference = _figures([TODAY])
+    # Better or at most 5 % worse everywhere: B1 a little lower, its p99 and B3 a little higher, less CPU.
+    off = _figures([_same(b1_ratio=0.77, b1_p99_ratio=1.36, b3_ratio=1.36, b5_ratio=0.7, b2_cpu_ms=15.0)])
+
+    assert verdict(off, reference) == ("removable", [])
+
+
+def test_a_p99_above_one_and_a_half_times_the_bare_inserts_breaks_b1_even_at_a_good_accept_rate() -> None:
+    reference = _figures([TODAY])
+    off = _figures([_same(b1_ratio=0.9, b1_p99_ratio=1.6)])
+
+    word, reasons = verdict(off, reference)
+
+    assert word == "earns its place"
+    assert reasons[0] == "B1 falls below ≥ 0.7× with p99 ≤ 1.5× the bare insert's"
+
+
+def test_a_change_inside_the_rounds_spread_is_marked_as_overlapping() -> None:
+    reference = _figures([_same(b5_ratio=0.5), _same(b5_ratio=0.7), _same(b5_ratio=0.6)])
+    off = _figures([_same(b5_ratio=0.52), _same(b5_ratio=0.55), _same(b5_ratio=0.62)])  # median 0.55, -8 %
+
+    _, reasons = verdict(off, reference)
+
+    assert reasons == ["B5 ratio -8 % (ranges overlap)"]
+
+
+def _results(read: bool = True) -> dict[str, Any]:
+    variants = {v.key: {"device": v.device, "env": v.env, "read_by_product": read or not v.env}
+                for v in (VARIANTS[0], VARIANTS[5], VARIANTS[6])}
+    summary = {
+        REFERENCE: {"figures": _figures([TODAY, TODAY]), "rounds": 2, "complete": True, "errors": 0},
+        "otp-window": {"figures": _figures([_same(b3_ratio=2.0), _same(b3_ratio=2.2)]), "rounds": 2, "complete": True,
+                       "errors": 0},
+        "priorities": {"figures": _figures([TODAY, TODAY]), "rounds": 2, "complete": False, "errors": 0},
+    }
+    sizes = {**ablation.asdict(ablation.AblationSizes())}
+    return {"variants": variants, "summary": summary, "sizes": sizes, "machine": {"commit": "abc1234"},
+            "smoke": False, "elapsed_s": 1500.0}
+
+
+def test_the_table_has_one_row_per_variant_with_each_figure_its_change_and_a_verdict() -> None:
+    lines = render(_results())
+
+    header = next(line for line in lines if line.startswith("| device off"))
+    assert header == ("| device off | switch | B1 ratio | B1 p99 ratio | B3 ratio | B5 ratio | B2 CPU ms/msg "
+                      "| B2 SENT/s with OTPs | verdict |")
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and "---" not in line}
+    assert rows["all on (today)"].startswith("| all on (today) | – | 0.80 | 1.30 | 1.30 | 0.60 | 20.0 |")
+    assert "reference; targets met: B1, B3, B5" in rows["all on (today)"]
+    window = rows["OTP window"]
+    assert "| `OTP_WINDOW_MS=0` |" in window
+    assert "| 2.20 (2.00–2.20) +69 % |" in window  # B3: median of the rounds (min–max), change vs all on
+    assert "| 0.80 +0 % |" in window
+    assert "**earns its place** (B3 falls below ≤ 1.5×; B3 ratio +69 %)" in window
+    assert "**removable**; incomplete run(s)" in rows["process priorities"]
+    assert all(row.count(" | ") == 8 for row in rows.values())
+
+
+def test_a_switch_the_product_does_not_read_gets_no_verdict() -> None:
+    lines = render(_results(read=False))
+
+    window = next(line for line in lines if line.startswith("| OTP window"))
+    assert window.endswith("| switch not read by this commit: noise |")
+
+
+def test_the_variants_are_all_on_first_then_the_chosen_ones_and_each_round_starts_one_later() -> None:
+    chosen = select("otp-window,priorities")
+    assert [v.key for v in chosen] == [REFERENCE, "otp-window", "priorities"]
+    assert [v.key for v in select("")] == [v.key for v in VARIANTS]
+    with pytest.raises(SystemExit, match="unknown nope"):
+        select("nope")
+
+    order = [(r, v.key) for r, v in rounds_order(chosen, 3)]
+
+    assert order == [(1, REFERENCE), (1, "otp-window"), (1, "priorities"),
+                     (2, "otp-window"), (2, "priorities"), (2, REFERENCE),
+                     (3, "priorities"), (3, REFERENCE), (3, "otp-window")]
+
+
+def test_sizes_come_from_env_and_the_command_line_which_wins() -> None:
+    sizes = ablation.resolve_sizes(False, ["b2_messages=900"], env={"BENCH_ABLATION_B2_MESSAGES": "700",
+                                                                     "BENCH_ABLATION_ROUNDS": "3"})
+    assert (sizes.b2_messages, sizes.rounds) == (900, 3)
+    assert sizes.scenario_sizes().b2_messages == 900 and sizes.scenario_sizes().b2_runs == 1
+    with pytest.raises(SystemExit, match="unknown ablation size"):
+        ablation.resolve_sizes(False, ["b4_messages=1"], env={})
+
+
+def test_a_switch_is_read_when_a_product_source_names_it() -> None:
+    assert ablation.read_by_product("OTP_WINDOW_MS")
+    assert ablation.read_by_product("BACKGROUND_NICE")  # the launcher passes it to pilot_status.priority
+    assert not ablation.read_by_product("NO_SUCH_SWITCH_ANYWHERE")
+
+
+def test_only_this_checkouts_servers_count_as_the_stacks() -> None:
+    # The services of this checkout run (make test starts them); other clones' may run beside them.
+    own = ablation.own_server_roots()
+
+    assert {kind: len(pids) for kind, pids in own.items()} == {"postgres": 1, "redis": 1, "rabbitmq": 1}
+    argv = Path(f"/proc/{own['postgres'][0]}/cmdline").read_bytes().decode().split("\0")
+    assert argv[argv.index("-D") + 1].startswith(str(ROOT / ".state"))
+
+
+def _is_figure(value: object) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
+@pytest.mark.timeout(960)  # as the bench smoke test: a whole harness run in a subprocess, its own stacks
+def test_the_ablation_runs_each_variant_in_a_stack_of_its_own_and_writes_the_table(tmp_path: Path) -> None:
+    # given: a bench database of its own, and two variants: all on, and the OTP window off
+    env = dict(os.environ)
+    env["BENCH_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_bench_ablation_smoke"
+    out, raw = tmp_path / "ablation.md", tmp_path / "ablation.json"
+
+    # when
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--ablation", "--smoke", "--variants", "otp-window",
+         "--out", str(out), "--json", str(raw)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+
+    # then: each variant ran once, in order, every figure of every scenario is a number
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    results = json.loads(raw.read_text())
+    assert results["order"] == [REFERENCE, "otp-window"]
+    assert results["variants"]["otp-window"]["env"] == {"OTP_WINDOW_MS": "0"}
+    for key in (REFERENCE, "otp-window"):
+        (slot,) = results["slots"][key]
+        assert "error" not in slot
+        assert slot["b1"]["every_202_stored"] is True and slot["b5"]["correct"] is True and slot["b3"]["all_sent"]
+        assert slot["b2"]["with_otps"]["otps"] > 0 and slot["b2"]["with_otps"]["stream_error"] is None
+        assert slot["b2"]["cpu_ms_per_message"]["stack"] > 0
+        figures = results["summary"][key]["figures"]
+        for name in ("b1_ratio", "b1_p99_ratio", "b3_ratio", "b5_ratio", "b2_cpu_ms", "b2_sent_rate_with_otps"):
+            assert _is_figure(figures[name]["median"]), (key, name, figures[name])
+    table = out.read_text()
+    assert "| all on (today) | – |" in table and "| OTP window | `OTP_WINDOW_MS=0` |" in table
+    assert "Smoke run" in table
