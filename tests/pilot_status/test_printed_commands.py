@@ -23,7 +23,7 @@ from messaging.models import Instance, Project
 from tests.support import processes
 from tests.support.processes import ROOT
 
-PACKAGES = ("pilot_status", "messaging", "ingestion", "dashboard", "simulator", ".venv")
+PACKAGES = ("pilot_status", "messaging", "ingestion", "dashboard", "callbacks", "simulator", ".venv")
 SHELL_PATH = "/usr/bin:/bin"
 
 
