@@ -30,7 +30,8 @@ def strong() -> str:
 
 def production_env(**overrides: str | None) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items()
-           if name not in TRANSPORT and not name.endswith("_FILE")}
+           if name not in TRANSPORT and not name.endswith("_FILE")
+           and name != "DJANGO_ALLOW_ASYNC_UNSAFE"}  # the browser tests' (tests/dashboard/conftest.py), never a deployment's
     env.update(DEBUG="0", SECRET_KEY=strong(), INTERNAL_WEBHOOK_SECRET=strong(), ALLOWED_HOSTS="pilot.example.com",
                SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https", DJANGO_SETTINGS_MODULE="pilot_status.settings")
     for name, value in overrides.items():

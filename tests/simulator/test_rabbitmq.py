@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiormq
@@ -16,6 +18,13 @@ from aiormq.abc import DeliveredMessage
 from .conftest import Json, EXCHANGE, RABBITMQ_URL, Simulator, sample, shape, wait_for
 
 BODY_KEYS = ["event", "instance", "data", "date_time", "sender", "server_url", "apikey"]
+
+
+def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """asyncio.run on a thread of its own: the browser tests' Playwright (a session fixture) can leave an
+    event loop marked running on the main thread, where asyncio.run refuses to start."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _wait_connected(sim: Simulator) -> None:
@@ -75,7 +84,7 @@ def test_global_mode_publishes_like_evolution(sim: Simulator, inst: Json) -> Non
     def trigger() -> None:
         sent.update(sim.send_text("my-instance").json())
 
-    messages = asyncio.run(_collect(EXCHANGE, 4, trigger))
+    messages = run(_collect(EXCHANGE, 4, trigger))
     assert [m.routing_key for m in messages] == ["send.message"] + ["messages.update"] * 3
     bodies = [json.loads(m.body) for m in messages]
     assert [list(b) for b in bodies] == [BODY_KEYS] * 4  # no destination
@@ -87,7 +96,7 @@ def test_global_mode_publishes_like_evolution(sim: Simulator, inst: Json) -> Non
         props = message.header.properties
         assert (props.content_type, props.delivery_mode, props.headers, props.message_id) == (None, None, None, None)
     assert sim.stats()["rabbitmq"]["published"] == 4
-    queues = asyncio.run(_cleanup([f"{EXCHANGE}.send.message", f"{EXCHANGE}.messages.update"], [EXCHANGE]))
+    queues = run(_cleanup([f"{EXCHANGE}.send.message", f"{EXCHANGE}.messages.update"], [EXCHANGE]))
     assert queues == {f"{EXCHANGE}.send.message": 1, f"{EXCHANGE}.messages.update": 3}
 
 
@@ -95,10 +104,10 @@ def test_instance_mode_publishes_on_an_exchange_named_after_it(sim: Simulator) -
     name = f"{EXCHANGE}-inst"
     sim.instance(name, rabbitmq={"enabled": True, "events": ["SEND_MESSAGE"]})
     _wait_connected(sim)
-    messages = asyncio.run(_collect(name, 1, lambda: sim.send_text(name)))
+    messages = run(_collect(name, 1, lambda: sim.send_text(name)))
     assert len(messages) == 1 and messages[0].routing_key == "send.message"
     assert json.loads(messages[0].body)["instance"] == name
-    asyncio.run(_cleanup([f"{name}.send.message"], [name]))
+    run(_cleanup([f"{name}.send.message"], [name]))
 
 
 async def _queue_exists(name: str) -> bool:
@@ -119,11 +128,11 @@ def test_duplicate_and_drop_rates_without_queue_declaration(sim: Simulator) -> N
     sim.instance(name, rabbitmq={"enabled": True, "events": ["SEND_MESSAGE"]},
                  faults={"rabbitmq_duplicate_rate": 1})
     _wait_connected(sim)
-    messages = asyncio.run(_collect(name, 2, lambda: sim.send_text(name)))
+    messages = run(_collect(name, 2, lambda: sim.send_text(name)))
     assert [m.routing_key for m in messages] == ["send.message"] * 2 and messages[0].body == messages[1].body
     sim.instance(name, faults={"rabbitmq_duplicate_rate": 0, "rabbitmq_drop_rate": 1})
     sim.send_text(name)
     stats = wait_for(lambda: (s := sim.stats()["rabbitmq"])["dropped"] == 1 and s)
     assert (stats["published"], stats["duplicated"]) == (2, 1)
-    assert not asyncio.run(_queue_exists(f"{name}.send.message"))
-    asyncio.run(_cleanup([], [name]))
+    assert not run(_queue_exists(f"{name}.send.message"))
+    run(_cleanup([], [name]))
