@@ -266,7 +266,9 @@ def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
            f"starts with {b3.get('warmup_otps', 0)} OTPs that are not measured (cold caches). Segments (p50 / p99 ms): "
            "`relay` accept → released by the OTP relay; `pickup` the relay's pass, the broker and the lane worker up to "
            "its call; `http` the simulator's answer. Slowest: [position in the stream, ms].", ""]
-    if "callbacks_delivered" in b3:
+    if b3.get("callbacks") is False:
+        out += ["Callbacks off for this run (`--set b3_callbacks=0`, to compare).", ""]
+    elif "callbacks_delivered" in b3:
         out += ["Callbacks on for every message: each run registers a `message.status` endpoint for the project of the "
                 "backlog and the OTPs, at a receiver in the bench process (200 at once; a sample of signatures checked); "
                 "the callbacks worker runs at its topology priority and the relay pass is published every "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from contextlib import nullcontext
 from typing import Any
 
 import requests
@@ -94,7 +95,7 @@ def one_run(ctx: Context, backlog: int, receiver: Receiver) -> dict[str, Any]:
     from messaging.models import Message
 
     ctx.fresh()  # empties the callbacks tables too: the endpoint is this run's own
-    with callbacks_on(ctx.world.a.project, receiver):
+    with callbacks_on(ctx.world.a.project, receiver) if ctx.sizes.b3_callbacks else nullcontext():
         if backlog:
             bulk_accept(ctx.world.a.project, live_key(ctx.world.a.project), ctx.world.a.recipients, backlog, "MARKETING",
                         instances=[i.name for i in ctx.world.fleet])
@@ -110,7 +111,8 @@ def one_run(ctx: Context, backlog: int, receiver: Receiver) -> dict[str, Any]:
             sent = Message.objects.filter(category="MARKETING", sent_at__isnull=False).count()
             result["backlog_sent_during_run"] = sent
             result["backlog_left"] = backlog - sent
-        result["callbacks"] = callbacks_figures(ctx, receiver, ids)
+        if ctx.sizes.b3_callbacks:
+            result["callbacks"] = callbacks_figures(ctx, receiver, ids)
     return result
 
 
@@ -125,7 +127,9 @@ def callbacks_figures(ctx: Context, receiver: Receiver, ids: list[str]) -> dict[
     of project A's messages), then once it has caught up with those or CALLBACKS_SETTLE_SECONDS passed
     (`delivered`)."""
     from callbacks.derive import STATUS_KINDS
-    from callbacks.models import Delivery
+    from django.db.models import Max
+
+    from callbacks.models import Delivery, RelayCursor
     from messaging.models import MessageEvent
 
     in_window = receiver.snapshot().received
@@ -133,14 +137,20 @@ def callbacks_figures(ctx: Context, receiver: Receiver, ids: list[str]) -> dict[
     settled, _ = wait_for(lambda: receiver.snapshot().received >= owed, CALLBACKS_SETTLE_SECONDS, 0.2)
     tally: Tally = receiver.snapshot()
     later = MessageEvent.objects.filter(kind__in=STATUS_KINDS, message__project=ctx.world.a.project).count()
+    # How far the relay pass has read the timeline by then: it reads every line (the backlog's ACCEPTED
+    # ones too) to find the status changes, so this says whether the deliveries or their derivation lag.
+    cursor = RelayCursor.objects.filter(name="timeline").values_list("position", flat=True).first() or 0
+    last_line = MessageEvent.objects.aggregate(last=Max("id"))["last"] or 0
     return {"delivered_in_window": in_window, "status_changes": owed, "delivered": tally.received,
-            "status_changes_then": later, "caught_up": settled, "deliveries_written": Delivery.objects.count(),
+            "status_changes_then": later, "caught_up": settled, "timeline_read": cursor, "timeline_lines": last_line, "deliveries_written": Delivery.objects.count(),
             "signatures_checked": tally.verified + tally.bad_signatures, "bad_signatures": tally.bad_signatures,
             "otps_with_callback": sum(1 for i in ids if tally.by_message.get(i))}
 
 
 def _callbacks_text(result: dict[str, Any]) -> str:
-    c = result["callbacks"]
+    c = result.get("callbacks")
+    if not c:
+        return "callbacks off"
     return (f"callbacks on: {c['delivered_in_window']} delivered in the window (of {c['status_changes']} status "
             f"changes), {c['delivered']} of {c['status_changes_then']} after it")
 
@@ -173,8 +183,9 @@ def run(ctx: Context) -> dict[str, Any]:
         "backlog_run": {"p50_ms": Spread.of([r["p50_ms"] for r in busy]).as_dict(), "p99_ms": busy_p99.as_dict(),
                         "runs": busy},
         "ratio": ratio,
-        "callbacks_delivered": {"idle": [r["callbacks"]["delivered"] for r in idle],
-                                "backlog_run": [r["callbacks"]["delivered"] for r in busy]},
+        "callbacks": bool(sizes.b3_callbacks),
+        "callbacks_delivered": {"idle": [r.get("callbacks", {}).get("delivered", 0) for r in idle],
+                                "backlog_run": [r.get("callbacks", {}).get("delivered", 0) for r in busy]},
         "target": {"ratio": 1.5, "p99_ms": 250},
         "met": ratio <= 1.5 and busy_p99.median <= 250 and all(r["all_sent"] for r in busy + idle),
         "cpu": cpu_summary(meter),
