@@ -146,3 +146,16 @@ def callbacks_on(project: Any, receiver: Receiver) -> Iterator[Any]:
         # Disabled, not deleted: a delivery still in flight writes its attempt row, which a delete that
         # cascades at the same moment would collide with. ctx.fresh() empties the table before the next run.
         endpoints.update(endpoint, {"enabled": False})
+        # What is still queued would only find the endpoint disabled; dropping it now spares the next
+        # ctx.fresh() (a TRUNCATE under a short lock timeout) the tasks' row locks.
+        _purge_callbacks_queue()
+
+
+def _purge_callbacks_queue() -> None:
+    from bench.celery_app import app
+
+    with app.connection_for_write() as conn:
+        try:
+            conn.default_channel.queue_purge("callbacks")
+        except Exception:
+            pass  # not declared (no task was ever published): nothing to drop

@@ -152,7 +152,8 @@ def _callbacks_text(result: dict[str, Any]) -> str:
     if not c:
         return "callbacks off"
     return (f"callbacks on: {c['delivered_in_window']} delivered in the window (of {c['status_changes']} status "
-            f"changes), {c['delivered']} of {c['status_changes_then']} after it")
+            f"changes), {c['delivered']} of {c['status_changes_then']} after it, timeline read to line "
+            f"{c['timeline_read']} of {c['timeline_lines']}")
 
 
 def run(ctx: Context) -> dict[str, Any]:
