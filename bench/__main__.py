@@ -62,6 +62,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def setup_django(database_url: str) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     os.environ["DATABASE_URL"] = database_url
+    # B3 registers an endpoint on loopback (bench.callbacks_on); the stack's processes get the same (launcher).
+    os.environ["CALLBACKS_ALLOW_PRIVATE_ADDRESSES"] = "true"
     import django
 
     django.setup()

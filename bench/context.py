@@ -12,8 +12,8 @@ from .procstats import CpuMeter, server_roots
 from .sizes import Sizes
 from .world import Simulator, World, empty_tables, register_all
 
-# Queues a scenario may leave work in: the lanes and our side of Evolution's RabbitMQ channel.
-PURGED_QUEUES = (*LANES, "maintenance", "sync", "bulk", "pilot_status.evolution.ingest",
+# Queues a scenario may leave work in: the lanes, the callbacks (B3) and our side of Evolution's RabbitMQ channel.
+PURGED_QUEUES = (*LANES, "maintenance", "sync", "bulk", "callbacks", "pilot_status.evolution.ingest",
                  "pilot_status.evolution.retry.5s", "pilot_status.evolution.retry.30s",
                  "pilot_status.evolution.retry.180s")
 

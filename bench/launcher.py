@@ -1,5 +1,5 @@
 """Start the real stack for the bench: simulator, gunicorn (web + webhook pools), relay, consumer, one
-Celery worker per lane.
+Celery worker per lane, and the callbacks worker (B3 turns callbacks on; bench.callbacks_on).
 
 Shaped like production (the Procfile's two gunicorn pools, one worker pool per lane) rather than like the
 test fixture, and every process runs with bench.settings so the baseline view and task are loaded too.
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 LANES = ("otp", "utility", "marketing")
 # Every process BenchStack.start starts.
-STARTED = ("simulator", "web", "webhook", "relay", "relay-otp", "consumer", *(f"worker-{lane}" for lane in LANES))
+STARTED = ("simulator", "web", "webhook", "relay", "relay-otp", "consumer", *(f"worker-{lane}" for lane in LANES),
+           "worker-callbacks")
 
 
 def background_processes() -> set[str]:
@@ -190,6 +191,8 @@ class BenchStack:
                 # B8 turns it on through extra_env.
                 "TYPING_DELAY_MS_PER_CHAR": "0",
                 "TYPING_DELAY_OTP_MS": "0",
+                # B3's callbacks go to a receiver in the bench process, on loopback (bench.callbacks_on).
+                "CALLBACKS_ALLOW_PRIVATE_ADDRESSES": "true",
             }
         )
         env.update(config.extra_env)
@@ -257,6 +260,11 @@ class BenchStack:
     def consumer(self) -> Process:
         return self._described("consumer", "consumer")
 
+    def callbacks_worker(self) -> Process:
+        """The `callbacks` queue's worker (the relay pass and the deliveries); no beat runs here, so the
+        relay pass is published by whoever turns callbacks on (bench.callbacks_on)."""
+        return self._described("worker-callbacks", "callbacks")
+
     def lane_worker(self, lane: str, pool: str | None = None) -> LaneWorker:
         """What a lane's worker runs with: the Procfile's (pilot_status.lane_worker), unless this run (or
         `pool`, B8's side-by-side) says otherwise."""
@@ -302,6 +310,7 @@ class BenchStack:
                                "relay-otp": self.relay_otp(), "consumer": self.consumer()})
         for lane in LANES:
             self.processes[f"worker-{lane}"] = self.worker(lane)
+        self.processes["worker-callbacks"] = self.callbacks_worker()
         assert tuple(self.processes) == STARTED
         for name, process in self.processes.items():
             if name != "simulator":
@@ -318,7 +327,8 @@ class BenchStack:
 
     def start_process(self, name: str) -> None:
         factory = {"web": self.web, "webhook": self.webhook, "relay": self.relay, "relay-otp": self.relay_otp,
-                   "consumer": self.consumer, "simulator": self.simulator}.get(name)
+                   "consumer": self.consumer, "simulator": self.simulator,
+                   "worker-callbacks": self.callbacks_worker}.get(name)
         process = (factory or (lambda: self.worker(name.split("-", 1)[1])))().start()
         self.processes[name] = process
         assert process.proc is not None

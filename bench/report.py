@@ -265,9 +265,18 @@ def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
            f"SENT, first idle, then behind {b3['backlog']:,} MARKETING from the bulk path; typing delay off. Each stream "
            f"starts with {b3.get('warmup_otps', 0)} OTPs that are not measured (cold caches). Segments (p50 / p99 ms): "
            "`relay` accept → released by the OTP relay; `pickup` the relay's pass, the broker and the lane worker up to "
-           "its call; `http` the simulator's answer. Slowest: [position in the stream, ms].", "",
-           "| run | | p50 / p99 | relay | pickup | http | slowest | backlog left |",
-           "|---|---|---|---|---|---|---|---|"]
+           "its call; `http` the simulator's answer. Slowest: [position in the stream, ms].", ""]
+    if b3.get("callbacks") is False:
+        out += ["Callbacks off for this run (`--set b3_callbacks=0`, to compare).", ""]
+    elif "callbacks_delivered" in b3:
+        out += ["Callbacks on for every message: each run registers a `message.status` endpoint for the project of the "
+                "backlog and the OTPs, at a receiver in the bench process (200 at once; a sample of signatures checked); "
+                "the callbacks worker runs at its topology priority and the relay pass is published every "
+                "`CALLBACKS_RELAY_SECONDS`, as beat does. Callbacks: delivered by the end of the measured window, of the "
+                "status changes made by then; then once the receiver has caught up with those (or 15 s later), of the "
+                "status changes made by that time (a busy run's backlog goes on).", ""]
+    out += ["| run | | p50 / p99 | relay | pickup | http | slowest | backlog left | callbacks |",
+            "|---|---|---|---|---|---|---|---|---|"]
 
     def segment(r: dict[str, Any], name: str) -> str:
         part = r.get("segments", {}).get(name)
@@ -277,8 +286,18 @@ def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
         for label, r in (("idle", a), ("with backlog", b)):
             out.append(f"| {i + 1} | {label} | {num(r['p50_ms'])} / {num(r['p99_ms'])} ms | {segment(r, 'relay')} | "
                        f"{segment(r, 'pickup')} | {segment(r, 'http')} | {r.get('slowest', '–')} | "
-                       f"{num(r.get('backlog_left')) if label != 'idle' else ''} |")
+                       f"{num(r.get('backlog_left')) if label != 'idle' else ''} | {_callbacks_cell(r)} |")
     return out + [""]
+
+
+def _callbacks_cell(r: dict[str, Any]) -> str:
+    c = r.get("callbacks")
+    if not c:
+        return "off"
+    bad = f", {c['bad_signatures']} bad signatures" if c.get("bad_signatures") else ""
+    return (f"callbacks on: {num(c['delivered_in_window'])} delivered of {num(c['status_changes'])} status changes; "
+            f"{num(c['delivered'])} of {num(c.get('status_changes_then', c['status_changes']))} after"
+            f"{'' if c.get('caught_up') else ' (not caught up)'}; {c.get('signatures_checked', 0)} signatures checked{bad}")
 
 
 def _appendix_b4(b4: dict[str, Any], results: dict[str, Any]) -> list[str]:
@@ -463,7 +482,7 @@ def header(results: dict[str, Any]) -> list[str]:
         f"- Date: {m['date']}; measured at commit `{m['commit']}`{' (with uncommitted changes)' if m.get('dirty') else ''}",
         f"- Stack: gunicorn for the client API ({web}) and for Evolution's webhooks "
         f"({stack.get('webhook_args') or 'as in the Procfile'}); one Celery worker per lane ({_lane_pool_text(stack)}); "
-        "relay, relay-otp, RabbitMQ consumer, Postgres, Redis, RabbitMQ, the Evolution simulator. Priorities as in "
+        "relay, relay-otp, RabbitMQ consumer, the callbacks worker, Postgres, Redis, RabbitMQ, the Evolution simulator. Priorities as in "
         f"the Procfile: {_priorities_text(stack.get('priorities'))}.",
         f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run "
         f"{num(results.get('elapsed_s'))} s",

@@ -24,6 +24,12 @@ SCENARIO_TABLES = (
     "messaging_message",
     "evolution_ingestion_events",
     "bench_baseline_baselinerow",
+    # B3 registers an endpoint for each of its runs (bench.callbacks_on); every run starts without one,
+    # without deliveries, and with the callbacks relay's cursors at the start of the (emptied, renumbered) tables.
+    "callbacks_deliveryattempt",
+    "callbacks_delivery",
+    "callbacks_webhookendpoint",
+    "callbacks_relaycursor",
 )
 
 

@@ -4,17 +4,24 @@ The backlog is created with the bulk accept path (bench.backlog), spread over pr
 (one instance alone would be paced to SEND_RATE_PER_INSTANCE and hardly load the machine); the OTP stream goes through the
 real HTTP API at a steady rate, to numbers without opt-in (so through the official instance, as a
 real OTP would). Latency = sent_at - created_at of each OTP, both stamped by the product.
+
+Callbacks are on for every message (issue 23: "callbacks must never slow an OTP"): each run registers a
+`message.status` endpoint for project A (the backlog's and the OTP stream's) at a receiver in the bench
+process, and publishes the callbacks relay pass as beat would (bench.callbacks_on); the callbacks worker
+runs in the stack at its topology priority. Each run records how many callbacks the receiver got.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from contextlib import nullcontext
 from typing import Any
 
 import requests
 
 from ..backlog import bulk_accept, live_key
+from ..callbacks_on import Receiver, Tally, callbacks_on
 from ..context import Context, cpu_summary, wait_for
 from ..stats import Spread, percentile
 
@@ -84,41 +91,88 @@ def _segments_text(result: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p99_ms']:.0f}" for k, v in result["segments"].items())
 
 
-def one_run(ctx: Context, backlog: int) -> dict[str, Any]:
+def one_run(ctx: Context, backlog: int, receiver: Receiver) -> dict[str, Any]:
     from messaging.models import Message
 
-    ctx.fresh()
-    if backlog:
-        bulk_accept(ctx.world.a.project, live_key(ctx.world.a.project), ctx.world.a.recipients, backlog, "MARKETING",
-                    instances=[i.name for i in ctx.world.fleet])
-    # Not measured: the first OTPs after emptying the tables meet cold caches (API key, instance
-    # state, prepared statements, each prefork child's first task) and were the idle run's tail.
-    # One stream at one steady rate: as two streams, the measured one's first OTP followed the last
-    # warm-up OTP at once instead of 1/rate later, waited behind it, and was the slowest of many runs.
-    warmup = ctx.sizes.b3_warmup_otps
-    ids = otp_stream(ctx, warmup + ctx.sizes.b3_otps, ctx.sizes.b3_otp_rate)[warmup:]
-    result = latencies(ctx, ids)
-    if backlog:
-        # Proof that the backlog was really draining meanwhile (and not done before the stream ended).
-        sent = Message.objects.filter(category="MARKETING", sent_at__isnull=False).count()
-        result["backlog_sent_during_run"] = sent
-        result["backlog_left"] = backlog - sent
+    ctx.fresh()  # empties the callbacks tables too: the endpoint is this run's own
+    with callbacks_on(ctx.world.a.project, receiver) if ctx.sizes.b3_callbacks else nullcontext():
+        if backlog:
+            bulk_accept(ctx.world.a.project, live_key(ctx.world.a.project), ctx.world.a.recipients, backlog, "MARKETING",
+                        instances=[i.name for i in ctx.world.fleet])
+        # Not measured: the first OTPs after emptying the tables meet cold caches (API key, instance
+        # state, prepared statements, each prefork child's first task) and were the idle run's tail.
+        # One stream at one steady rate: as two streams, the measured one's first OTP followed the last
+        # warm-up OTP at once instead of 1/rate later, waited behind it, and was the slowest of many runs.
+        warmup = ctx.sizes.b3_warmup_otps
+        ids = otp_stream(ctx, warmup + ctx.sizes.b3_otps, ctx.sizes.b3_otp_rate)[warmup:]
+        result = latencies(ctx, ids)
+        if backlog:
+            # Proof that the backlog was really draining meanwhile (and not done before the stream ended).
+            sent = Message.objects.filter(category="MARKETING", sent_at__isnull=False).count()
+            result["backlog_sent_during_run"] = sent
+            result["backlog_left"] = backlog - sent
+        if ctx.sizes.b3_callbacks:
+            result["callbacks"] = callbacks_figures(ctx, receiver, ids)
     return result
+
+
+# After the measured window (not measured): how long the receiver may take to catch up with the status
+# changes made by its end (the relay pass ticks every CALLBACKS_RELAY_SECONDS; a busy run's backlog goes on).
+CALLBACKS_SETTLE_SECONDS = 15.0
+
+
+def callbacks_figures(ctx: Context, receiver: Receiver, ids: list[str]) -> dict[str, Any]:
+    """What the receiver got by the end of the measured window (`delivered_in_window`) against the status
+    changes made by then (each one `message.status` callback: the timeline's STATUS, FAILED and RESENT lines
+    of project A's messages), then once it has caught up with those or CALLBACKS_SETTLE_SECONDS passed
+    (`delivered`)."""
+    from callbacks.derive import STATUS_KINDS
+    from django.db.models import Max
+
+    from callbacks.models import Delivery, RelayCursor
+    from messaging.models import MessageEvent
+
+    in_window = receiver.snapshot().received
+    owed = MessageEvent.objects.filter(kind__in=STATUS_KINDS, message__project=ctx.world.a.project).count()
+    settled, _ = wait_for(lambda: receiver.snapshot().received >= owed, CALLBACKS_SETTLE_SECONDS, 0.2)
+    tally: Tally = receiver.snapshot()
+    later = MessageEvent.objects.filter(kind__in=STATUS_KINDS, message__project=ctx.world.a.project).count()
+    # How far the relay pass has read the timeline by then: it reads every line (the backlog's ACCEPTED
+    # ones too) to find the status changes, so this says whether the deliveries or their derivation lag.
+    cursor = RelayCursor.objects.filter(name="timeline").values_list("position", flat=True).first() or 0
+    last_line = MessageEvent.objects.aggregate(last=Max("id"))["last"] or 0
+    return {"delivered_in_window": in_window, "status_changes": owed, "delivered": tally.received,
+            "status_changes_then": later, "caught_up": settled, "timeline_read": cursor, "timeline_lines": last_line, "deliveries_written": Delivery.objects.count(),
+            "signatures_checked": tally.verified + tally.bad_signatures, "bad_signatures": tally.bad_signatures,
+            "otps_with_callback": sum(1 for i in ids if tally.by_message.get(i))}
+
+
+def _callbacks_text(result: dict[str, Any]) -> str:
+    c = result.get("callbacks")
+    if not c:
+        return "callbacks off"
+    return (f"callbacks on: {c['delivered_in_window']} delivered in the window (of {c['status_changes']} status "
+            f"changes), {c['delivered']} of {c['status_changes_then']} after it, timeline read to line "
+            f"{c['timeline_read']} of {c['timeline_lines']}")
 
 
 def run(ctx: Context) -> dict[str, Any]:
     sizes = ctx.sizes
     idle: list[dict[str, Any]] = []
     busy: list[dict[str, Any]] = []
-    with ctx.cpu() as meter:
-        for n in range(sizes.runs):
-            idle.append(one_run(ctx, 0))
-            busy.append(one_run(ctx, sizes.b3_backlog))
-            ctx.log(f"  B3 run {n + 1}: idle p50/p99 {idle[-1]['p50_ms']:.0f}/{idle[-1]['p99_ms']:.0f} ms "
-                    f"(segments p50/p99 {_segments_text(idle[-1])}), "
-                    f"with backlog {busy[-1]['p50_ms']:.0f}/{busy[-1]['p99_ms']:.0f} ms "
-                    f"({busy[-1].get('backlog_left', 0)} of the backlog left; segments p50/p99 {_segments_text(busy[-1])}); "
-                    f"slowest idle {idle[-1]['slowest']}, busy {busy[-1]['slowest']}")
+    receiver = Receiver()
+    try:
+        with ctx.cpu() as meter:
+            for n in range(sizes.runs):
+                idle.append(one_run(ctx, 0, receiver))
+                busy.append(one_run(ctx, sizes.b3_backlog, receiver))
+                ctx.log(f"  B3 run {n + 1}: idle p50/p99 {idle[-1]['p50_ms']:.0f}/{idle[-1]['p99_ms']:.0f} ms "
+                        f"(segments p50/p99 {_segments_text(idle[-1])}; {_callbacks_text(idle[-1])}), "
+                        f"with backlog {busy[-1]['p50_ms']:.0f}/{busy[-1]['p99_ms']:.0f} ms "
+                        f"({busy[-1].get('backlog_left', 0)} of the backlog left; segments p50/p99 {_segments_text(busy[-1])}; "
+                        f"{_callbacks_text(busy[-1])}); slowest idle {idle[-1]['slowest']}, busy {busy[-1]['slowest']}")
+    finally:
+        receiver.stop()
     ctx.fresh()
     idle_p99 = Spread.of([r["p99_ms"] for r in idle])
     busy_p99 = Spread.of([r["p99_ms"] for r in busy])
@@ -130,6 +184,9 @@ def run(ctx: Context) -> dict[str, Any]:
         "backlog_run": {"p50_ms": Spread.of([r["p50_ms"] for r in busy]).as_dict(), "p99_ms": busy_p99.as_dict(),
                         "runs": busy},
         "ratio": ratio,
+        "callbacks": bool(sizes.b3_callbacks),
+        "callbacks_delivered": {"idle": [r.get("callbacks", {}).get("delivered", 0) for r in idle],
+                                "backlog_run": [r.get("callbacks", {}).get("delivered", 0) for r in busy]},
         "target": {"ratio": 1.5, "p99_ms": 250},
         "met": ratio <= 1.5 and busy_p99.median <= 250 and all(r["all_sent"] for r in busy + idle),
         "cpu": cpu_summary(meter),

@@ -75,4 +75,4 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     # the stack ran with the Procfile's priorities, and the report says so
     assert results["stack"]["priorities"]["worker-marketing"] == results["stack"]["priorities"]["webhook"] > 0
     assert "worker-otp" not in results["stack"]["priorities"]
-    assert "Priorities as in the Procfile: consumer, relay, webhook, worker-marketing, worker-utility at nice" in report
+    assert "Priorities as in the Procfile: consumer, relay, webhook, worker-callbacks, worker-marketing, worker-utility at nice" in report
