@@ -91,11 +91,13 @@ def _segments_text(result: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v['p50_ms']:.0f}/{v['p99_ms']:.0f}" for k, v in result["segments"].items())
 
 
-def one_run(ctx: Context, backlog: int, receiver: Receiver) -> dict[str, Any]:
+def one_run(ctx: Context, backlog: int, receiver: Receiver | None = None) -> dict[str, Any]:
+    """One stream; with callbacks on when given a receiver and b3_callbacks is set (the ablation passes none)."""
     from messaging.models import Message
 
     ctx.fresh()  # empties the callbacks tables too: the endpoint is this run's own
-    with callbacks_on(ctx.world.a.project, receiver) if ctx.sizes.b3_callbacks else nullcontext():
+    on = receiver is not None and bool(ctx.sizes.b3_callbacks)
+    with callbacks_on(ctx.world.a.project, receiver) if on and receiver is not None else nullcontext():
         if backlog:
             bulk_accept(ctx.world.a.project, live_key(ctx.world.a.project), ctx.world.a.recipients, backlog, "MARKETING",
                         instances=[i.name for i in ctx.world.fleet])
@@ -111,7 +113,7 @@ def one_run(ctx: Context, backlog: int, receiver: Receiver) -> dict[str, Any]:
             sent = Message.objects.filter(category="MARKETING", sent_at__isnull=False).count()
             result["backlog_sent_during_run"] = sent
             result["backlog_left"] = backlog - sent
-        if ctx.sizes.b3_callbacks:
+        if on and receiver is not None:
             result["callbacks"] = callbacks_figures(ctx, receiver, ids)
     return result
 

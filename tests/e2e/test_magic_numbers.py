@@ -79,7 +79,9 @@ def test_permanent_failures_fail_with_a_dead_letter(magic, stack, simulator, ali
     assert message.failure_reason == reason and message.attempts == 1
     entry = DeadLetter.objects.get(message=message)
     assert entry.reason == reason and entry.status == "OPEN"
-    assert kinds(message)[-3:] == ["ATTEMPT", "FAILED", "DEAD_LETTERED"]
+    # (The relay's DISPATCHED line is stamped when its pass commits, after the tasks are confirmed: a
+    # simulated answer, which takes no time, can be back before that.)
+    assert [kind for kind in kinds(message) if kind != "DISPATCHED"][-3:] == ["ATTEMPT", "FAILED", "DEAD_LETTERED"]
     attempt = message.events.get(kind="ATTEMPT").detail
     assert attempt["outcome"] == "permanent" and attempt["httpStatus"] in (400, 404)
     assert "simulated" in attempt["detail"]
