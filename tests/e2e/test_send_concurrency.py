@@ -20,29 +20,32 @@ MESSAGES = 40
 SENT_OR_LATER = ("SENT", "SERVER_ACK", "DELIVERED", "READ")
 
 
+def send_and_wait(stack, alice, **extra) -> None:
+    """MESSAGES UTILITY sends through the API, then until every one is SENT or later."""
+    ids = []
+    with requests.Session() as http:
+        for n in range(MESSAGES):
+            response = http.post(
+                f"{stack.web_url}/v1/messages/send",
+                json={"to": RECIPIENT, "category": "UTILITY", "text": f"Order {n} shipped", **extra},
+                headers={"Authorization": f"Bearer {alice.live_key}"},
+                timeout=10,
+            )
+            assert response.status_code == 202, response.text
+            ids.append(response.json()["id"])
+    wait_until(
+        lambda: Message.objects.filter(pk__in=ids, status__in=SENT_OR_LATER).count() == MESSAGES,
+        timeout=90, interval=0.5, message="all 40 SENT",
+    )
+
+
 def test_a_slow_gateway_gets_many_more_sends_in_flight_than_the_lane_has_processes(
     stack, simulator, alice, alice_instance
 ):
     simulator.register(alice_instance, stack.webhook_url)
     simulator.faults(alice_instance.name, latency_ms=1000)
     opt_ins.record(alice.project, RECIPIENT, "form")
-
-    ids = []
-    with requests.Session() as http:
-        for n in range(MESSAGES):
-            response = http.post(
-                f"{stack.web_url}/v1/messages/send",
-                json={"to": RECIPIENT, "category": "UTILITY", "text": f"Order {n} shipped"},
-                headers={"Authorization": f"Bearer {alice.live_key}"},
-                timeout=10,
-            )
-            assert response.status_code == 202, response.text
-            ids.append(response.json()["id"])
-
-    wait_until(
-        lambda: Message.objects.filter(pk__in=ids, status__in=SENT_OR_LATER).count() == MESSAGES,
-        timeout=90, interval=0.5, message="all 40 SENT",
-    )
+    send_and_wait(stack, alice)
     counted = simulator.stats()["send_text"]
     assert counted["total"] == MESSAGES  # each once: nothing sent twice for the concurrency
     processes = 1  # the stack starts one Celery worker process per lane...
@@ -61,21 +64,7 @@ def test_the_calls_in_flight_at_one_instance_are_bounded_by_its_pacing_not_by_th
     simulator.register(alice_instance, stack.webhook_url)
     simulator.faults(alice_instance.name, latency_ms=1000)
     opt_ins.record(alice.project, RECIPIENT, "form")
-    ids = []
-    with requests.Session() as http:
-        for n in range(MESSAGES):
-            response = http.post(
-                f"{stack.web_url}/v1/messages/send",
-                json={"to": RECIPIENT, "category": "UTILITY", "text": f"Order {n} shipped", "typing": "off"},
-                headers={"Authorization": f"Bearer {alice.live_key}"},
-                timeout=10,
-            )
-            assert response.status_code == 202, response.text
-            ids.append(response.json()["id"])
-    wait_until(
-        lambda: Message.objects.filter(pk__in=ids, status__in=SENT_OR_LATER).count() == MESSAGES,
-        timeout=90, interval=0.5, message="all 40 SENT",
-    )
+    send_and_wait(stack, alice, typing="off")
     counted = simulator.stats()["send_text"]
     assert counted["total"] == MESSAGES
     bound = 5 * 1.0 + settings.SEND_RATE_BURST
