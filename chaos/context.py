@@ -105,16 +105,17 @@ class Context:
         return s
 
     def send(self, to: str, text: str, category: str = "UTILITY", instance: str | None = None,
-             key: str | None = None, timeout: float = 15.0, tries: int = 3) -> Sent:
+             key: str | None = None, timeout: float = 15.0, tries: int = 3, base: str | None = None) -> Sent:
         """POST a send as a careful client does: with an Idempotency-Key, retried with the same key
-        when no answer came back (a timeout under load, web killed mid-request)."""
+        when no answer came back (a timeout under load, web killed mid-request). `base`: another web
+        pool's URL (R10's second one) instead of the stack's."""
         body: dict[str, Any] = {"to": to, "category": category, "text": text}
         if instance:
             body["instance"] = instance
         headers = {"Authorization": f"Bearer {key or self.world.a.live_key}", "Idempotency-Key": uuid.uuid4().hex}
         for attempt in range(1, tries + 1):
             try:
-                r = self.session().post(f"{self.stack.web_url}/v1/messages/send", json=body, timeout=timeout,
+                r = self.session().post(f"{base or self.stack.web_url}/v1/messages/send", json=body, timeout=timeout,
                                         headers=headers)
             except requests.RequestException as exc:
                 if attempt == tries:

@@ -161,26 +161,7 @@ def send_alternating(ctx: Context, urls: list[str], n: int, tag: str, tenant: An
 
 
 def _send_to(ctx: Context, base: str, to: str, text: str, category: str, instance: str, key: str) -> Sent:
-    import uuid
-
-    import requests
-
-    body = {"to": to, "category": category, "text": text, "instance": instance}
-    headers = {"Authorization": f"Bearer {key}", "Idempotency-Key": uuid.uuid4().hex}
-    for attempt in range(1, 4):
-        try:
-            r = ctx.session().post(f"{base}/v1/messages/send", json=body, timeout=15, headers=headers)
-        except requests.RequestException as exc:
-            if attempt == 3:
-                return Sent(0, {"exception": type(exc).__name__}, to, text, time.monotonic(), attempt)
-            time.sleep(1.0)
-            continue
-        try:
-            payload = r.json()
-        except ValueError:
-            payload = {"raw": r.text[:200]}
-        return Sent(r.status_code, payload, to, text, time.monotonic(), attempt)
-    raise AssertionError("unreachable")
+    return ctx.send(to, text, category, instance=instance, key=key, base=base)
 
 
 def run(ctx: Context) -> dict[str, Any]:
