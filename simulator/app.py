@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from . import __version__, control, errors, jsonbody, routes_events, routes_instance, routes_message, shapes
 from .config import GlobalConfig
@@ -34,9 +36,29 @@ async def unknown_route(request: web.Request) -> web.StreamResponse:
     return errors.not_found(f"Cannot {request.method.upper()} {request.raw_path}")
 
 
+def _serving_one_at_a_time(world: World) -> Any:
+    """GlobalConfig.service_ms: each Evolution request first holds the one event loop's CPU for that long."""
+    cpu = asyncio.Lock()
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if world.cfg.service_ms and not request.path.startswith("/_control"):
+            world.stats.queue_arrived()
+            try:
+                async with cpu:
+                    await asyncio.sleep(world.cfg.service_ms / 1000)
+            finally:
+                world.stats.queue_left()
+        return await handler(request)
+
+    return middleware
+
+
 def make_app(cfg: GlobalConfig, preload: list[dict[str, Any]] | None = None) -> web.Application:
-    app = web.Application(client_max_size=136 * 1024 * 1024)  # Evolution's body limit: 136mb
     world = World(cfg)
+    app = web.Application(  # Evolution's body limit: 136mb
+        client_max_size=136 * 1024 * 1024, middlewares=[_serving_one_at_a_time(world)],
+    )
     webhooks = WebhookSender(world)
     rabbit = RabbitPublisher(world, cfg.rabbitmq_url) if cfg.rabbitmq_url else None
     emitter = Emitter(world, webhooks, rabbit)

@@ -54,6 +54,10 @@ class GlobalConfig:
     ack_delays_ms: dict[str, float | None] = field(default_factory=lambda: dict(DEFAULT_ACK_DELAYS_MS))
     auto_pair_ms: float | None = 1000.0
     max_stored_messages: int = 100_000  # messages kept for findMessages, all instances together
+    # A gateway whose own CPU is the bottleneck (one Node event loop): every request to an Evolution route
+    # holds it this long, one at a time, before its handler runs; 0 = served at once. Calls then queue
+    # behind each other, as a busy Evolution's do (GET / too: that is what a caller's probe sees).
+    service_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -175,6 +175,10 @@ def apply_global(world: World, patch: Any) -> None:
             setattr(cfg, key, _bool(value, key))
         elif key in ("webhook_events", "rabbitmq_events"):
             setattr(cfg, key, _events(value, key))
+        elif key == "service_ms":
+            cfg.service_ms = float(_number(value, key))
+            if not 0 <= cfg.service_ms <= 10_000:
+                raise _fail("service_ms must be between 0 and 10000")
         elif key == "webhook_timeout_s":
             cfg.webhook_timeout_s = float(_number(value, key))
         elif key == "auto_pair_ms":
@@ -312,6 +316,8 @@ async def stats(request: web.Request) -> web.StreamResponse:
         "rabbitmq": {"published": s.rmq_published, "dropped": s.rmq_dropped, "duplicated": s.rmq_duplicated,
                      "failed": s.rmq_failed, "enabled": rabbit is not None,
                      "connected": bool(rabbit and rabbit.connected)},
+        "gateway_queue": {"waiting": s.queue_waiting,
+                          "on_arrival": {str(k): v for k, v in sorted(s.queue_on_arrival.items())}},
         "cpu_seconds": time.process_time(),
         "uptime_s": time.monotonic() - s.started,
     })

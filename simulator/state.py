@@ -159,6 +159,10 @@ class Stats:
     # concurrency a slow gateway really saw from the workers (issue 26), counted where it happens.
     send_in_flight: int = 0
     send_in_flight_max: int = 0
+    # GlobalConfig.service_ms: requests waiting for the gateway's CPU now, and for each request served how
+    # many were waiting when it arrived (queue length -> requests): what a caller's OTP would queue behind.
+    queue_waiting: int = 0
+    queue_on_arrival: dict[int, int] = field(default_factory=dict)
     wh_posted: int = 0
     wh_ok: int = 0
     wh_failed: int = 0
@@ -173,6 +177,13 @@ class Stats:
     def send_started(self) -> None:
         self.send_in_flight += 1
         self.send_in_flight_max = max(self.send_in_flight_max, self.send_in_flight)
+
+    def queue_arrived(self) -> None:
+        self.queue_on_arrival[self.queue_waiting] = self.queue_on_arrival.get(self.queue_waiting, 0) + 1
+        self.queue_waiting += 1
+
+    def queue_left(self) -> None:
+        self.queue_waiting = max(0, self.queue_waiting - 1)
 
     def send_finished(self) -> None:
         self.send_in_flight = max(0, self.send_in_flight - 1)

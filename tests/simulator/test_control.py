@@ -204,3 +204,21 @@ def test_a_lid_contact_is_filed_under_its_lid(sim: Simulator, inst: Json) -> Non
     assert found["messages"]["records"][0]["key"]["id"] == key["id"]
     response = sim.http.post(f"{sim.url}/_control/instances/my-instance", json={"lids": {"1": "x"}}, timeout=10)
     assert response.status_code == 400
+
+
+def test_service_ms_serves_evolution_requests_one_at_a_time_and_counts_the_queue(sim: Simulator, inst: Json) -> None:
+    # A gateway whose CPU is the bottleneck: 8 calls at once are served one after another, GET / among
+    # them, and each served one says how many were waiting when it came.
+    assert sim.http.post(f"{sim.url}/_control/global", json={"service_ms": 50}).status_code == 200
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: sim.get("/") if n == 0 else sim.send_text("my-instance"), range(8)))
+    assert [a.status_code for a in answers] == [200] + [201] * 7
+    assert time.monotonic() - started >= 8 * 0.05
+    queue = sim.http.get(f"{sim.url}/_control/stats").json()["gateway_queue"]
+    assert queue["waiting"] == 0
+    assert sum(queue["on_arrival"].values()) == 8
+    assert max(int(k) for k in queue["on_arrival"]) >= 4  # they really queued
+    # The control API itself is never held.
+    assert sim.http.post(f"{sim.url}/_control/global", json={"service_ms": 0}).status_code == 200
+    assert sim.http.post(f"{sim.url}/_control/global", json={"service_ms": -1}).status_code == 400

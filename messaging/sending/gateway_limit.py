@@ -1,0 +1,200 @@
+"""How many sendText calls a background lane keeps in flight at Evolution: as many as it answers promptly.
+
+Evolution serves every lane's calls on one event loop. Against a gateway that takes 1 s to answer
+because WhatsApp does, hundreds of calls in flight cost it nothing: they wait on WhatsApp, not on its
+CPU. Against a gateway whose own CPU is the bottleneck, they queue, and an OTP's call waits behind all
+of them: bench B3 read an OTP's call at 0.2-0.6 s with the bulk lanes' 384 threads each, 5-7 ms with
+two processes per lane. So a utility or marketing lane process admits its calls through one
+**adaptive limit** (the OTP lane has none):
+
+- A probe thread asks Evolution's cheapest route (`GET /`, no auth, no WhatsApp behind it) every
+  `GATEWAY_PROBE_INTERVAL_MS` while the lane is sending. Its round trip minus the **base** (the round trip
+  with nothing of ours queued) is how long a call now waits in the gateway's queue before it is served:
+  what an OTP's call would wait. The sendText calls' own times cannot say it, since WhatsApp's latency
+  varies by seconds from one call to the next (a delay-based limit on them, Vegas or Gradient2, shrank
+  to a dozen calls under a 0.3-3 s latency in a simulation; the probe sees no WhatsApp).
+- The base is measured every `BASE_REFRESH_SECONDS` by holding new calls for `BASE_PAUSE_SECONDS` and
+  probing then (the least probe since counts too): the least probe alone would be one taken behind
+  our own queue when the lane starts busy, and the limit would keep that queue for good. The calls in
+  flight go on meanwhile; the hold costs the lane under 1 % of its time.
+- A wait above `GATEWAY_QUEUE_TARGET_MS` cuts the limit by a quarter; at or under it, a limit that
+  the lane filled grows by a tenth plus one (from 4 to 300 calls in about 4.5 s at 100 ms probes).
+- A thread waits for its turn at most `budget.GATEWAY_TURN_MAX_WAIT` (the lease counts it); after
+  that the message goes back to Postgres, due at once, with no attempt used.
+
+Per process: each lane process has its own limit and probe (more processes, more calls; the probe
+sees the queue they make together).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import requests
+from django.conf import settings
+
+from pilot_status import metrics
+
+log = logging.getLogger(__name__)
+
+DECREASE = 0.75
+INCREASE = 1.1
+# How often the gateway's round trip with nothing of ours queued is measured again, and how long new calls
+# are held for it: the queue they made drains meanwhile (calls that wait on WhatsApp hold no CPU there).
+BASE_REFRESH_SECONDS = 30.0
+BASE_PAUSE_SECONDS = 0.2
+# The probe runs only while the lane made a call this recently (an idle lane does not poll Evolution).
+BUSY_SECONDS = 2.0
+PROBE_TIMEOUT_SECONDS = 2.0
+
+
+def next_limit(limit: float, queued_seconds: float, target_seconds: float, filled: bool,
+               minimum: float, maximum: float) -> float:
+    """The limit after one probe: cut when calls queue past the target, grown when the lane filled it."""
+    if queued_seconds > target_seconds:
+        return max(minimum, limit * DECREASE)
+    if filled:
+        return min(maximum, limit * INCREASE + 1)
+    return limit
+
+
+class AdaptiveLimit:
+    """Admits at most `limit` calls at once; `observe` adjusts the limit from one probe's round trip."""
+
+    def __init__(self, initial: float, minimum: float, maximum: float, target_seconds: float,
+                 clock: Callable[[], float] = time.monotonic):
+        self.limit = float(max(minimum, min(maximum, initial)))
+        self.minimum, self.maximum, self.target_seconds = float(minimum), float(maximum), target_seconds
+        self.in_flight = 0
+        self.base: float | None = None  # the gateway's round trip with nothing of ours queued
+        self._base_at = float("-inf")
+        self._clock = clock
+        self._changed = threading.Condition()
+        self._filled = False  # whether the calls in flight reached the limit since the last probe
+        self._paused = False
+        self._last_call = float("-inf")
+
+    def acquire(self, timeout: float) -> bool:
+        """Wait for a place among the calls in flight; False after `timeout` seconds without one."""
+        deadline = self._clock() + timeout
+        with self._changed:
+            while self._paused or self.in_flight >= int(self.limit):
+                self._filled = self._filled or not self._paused
+                left = deadline - self._clock()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+            self.in_flight += 1
+            self._filled = self._filled or self.in_flight >= int(self.limit)
+            self._last_call = self._clock()
+            return True
+
+    def release(self) -> None:
+        with self._changed:
+            self.in_flight -= 1
+            self._changed.notify()
+
+    def busy(self) -> bool:
+        return self.in_flight > 0 or self._clock() - self._last_call < BUSY_SECONDS
+
+    def needs_base(self) -> bool:
+        return self._clock() - self._base_at >= BASE_REFRESH_SECONDS
+
+    def hold(self, held: bool) -> None:
+        """Hold new calls (for a base measurement) or let them go again."""
+        with self._changed:
+            self._paused = held
+            if not held:
+                self._changed.notify_all()
+
+    def record_base(self, round_trip: float) -> None:
+        self.base, self._base_at = round_trip, self._clock()
+
+    def observe(self, round_trip: float) -> float:
+        """One probe's round trip in seconds; returns the new limit."""
+        if self.base is None or round_trip < self.base:
+            self.base = round_trip
+        with self._changed:
+            before = self.limit
+            self.limit = next_limit(before, round_trip - self.base, self.target_seconds, self._filled,
+                                    self.minimum, self.maximum)
+            self._filled = self.in_flight >= int(self.limit)
+            if int(self.limit) > int(before):
+                self._changed.notify_all()
+            return self.limit
+
+
+def probe_step(limit: AdaptiveLimit, probe: Callable[[], float | None],
+               sleep: Callable[[float], None] = time.sleep) -> None:
+    """One probe of a busy lane: a base measurement (new calls held meanwhile) when the last one is old,
+    else a probe whose wait above the base adjusts the limit."""
+    if limit.needs_base():
+        limit.hold(True)
+        try:
+            sleep(BASE_PAUSE_SECONDS)
+            round_trip = probe()
+        finally:
+            limit.hold(False)
+        if round_trip is not None:
+            limit.record_base(round_trip)
+        return
+    round_trip = probe()
+    if round_trip is not None:
+        before = limit.limit
+        if limit.observe(round_trip) < before:
+            metrics.evolution("gateway:limit_cut")
+
+
+_lock = threading.Lock()
+_limit: AdaptiveLimit | None = None
+
+
+def for_lane(lane: str) -> AdaptiveLimit | None:
+    """This process's limit for a background lane's calls (started with its probe on first use); None
+    for the OTP lane, or when GATEWAY_ADAPTIVE_LIMIT is off."""
+    global _limit
+    if lane == "otp" or not settings.GATEWAY_ADAPTIVE_LIMIT:
+        return None
+    if _limit is None:
+        with _lock:
+            if _limit is None:
+                limit = AdaptiveLimit(
+                    settings.GATEWAY_LIMIT_INITIAL, 1, settings.GATEWAY_LIMIT_MAX,
+                    settings.GATEWAY_QUEUE_TARGET_MS / 1000,
+                )
+                threading.Thread(target=_probe_forever, args=(limit,), name="gateway-probe", daemon=True).start()
+                _limit = limit
+    return _limit
+
+
+def probe_once(session: requests.Session) -> float | None:
+    """The round trip of `GET /` in seconds (its timeout when it timed out); None when Evolution is not
+    reachable or answers oddly, which says nothing about its queue (the circuits handle that)."""
+    started = time.monotonic()
+    try:
+        response = session.get(f"{settings.EVOLUTION_API_URL}/",
+                               timeout=(settings.EVOLUTION_CONNECT_TIMEOUT, PROBE_TIMEOUT_SECONDS))
+    except requests.Timeout:
+        return PROBE_TIMEOUT_SECONDS
+    except requests.RequestException:
+        return None
+    if response.status_code != 200:
+        return None
+    return time.monotonic() - started
+
+
+def _probe_forever(limit: AdaptiveLimit) -> None:
+    session = requests.Session()
+    session.trust_env = False
+    interval = settings.GATEWAY_PROBE_INTERVAL_MS / 1000
+    while True:
+        time.sleep(interval)
+        if not limit.busy():
+            continue
+        try:
+            probe_step(limit, lambda: probe_once(session))
+        except Exception:  # the probe must never die: without it the limit would stay where it is
+            log.exception("gateway probe failed")

@@ -1,0 +1,124 @@
+"""The background lanes' adaptive limit on calls in flight at Evolution (messaging.sending.gateway_limit).
+
+Plain functions and one object: no database. The two models at the end put the limit in front of the
+two gateways it must tell apart, one whose CPU is the bottleneck (each call queued behind the others)
+and one that only waits on WhatsApp, and show where the limit settles for each.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from messaging.sending import gateway_limit
+from messaging.sending.gateway_limit import AdaptiveLimit, next_limit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_queueing_past_the_target_cuts_the_limit_by_a_quarter_down_to_the_minimum() -> None:
+    assert next_limit(100, 0.050, 0.010, True, 1, 1024) == 75
+    assert next_limit(100, 0.050, 0.010, False, 1, 1024) == 75  # cut whether or not it was filled
+    assert next_limit(1.2, 0.050, 0.010, True, 1, 1024) == 1
+
+
+def test_a_filled_limit_grows_while_nothing_queues_and_an_unused_one_stays() -> None:
+    assert next_limit(100, 0.002, 0.010, True, 1, 1024) == pytest.approx(111)
+    assert next_limit(100, 0.002, 0.010, False, 1, 1024) == 100
+    assert next_limit(1000, 0.0, 0.010, True, 1, 1024) == 1024
+
+
+def test_at_most_limit_calls_are_admitted_and_a_release_admits_the_next() -> None:
+    limit = AdaptiveLimit(2, 1, 10, 0.01)
+    assert limit.acquire(0.01) and limit.acquire(0.01)
+    assert not limit.acquire(0.05)  # a third waits its timeout out
+    admitted = []
+    waiter = threading.Thread(target=lambda: admitted.append(limit.acquire(5)))
+    waiter.start()
+    limit.release()
+    waiter.join(5)
+    assert admitted == [True] and limit.in_flight == 2
+
+
+def test_a_grown_limit_wakes_the_waiting_threads() -> None:
+    limit = AdaptiveLimit(1, 1, 10, 0.01)
+    assert limit.acquire(0.01)
+    admitted = []
+    waiter = threading.Thread(target=lambda: admitted.append(limit.acquire(5)))
+    waiter.start()
+    while not limit._filled:  # noqa: SLF001 - the waiter has found the limit full
+        pass
+    assert limit.observe(0.001) == 2.1  # nothing queued, the limit was filled: it grows
+    waiter.join(5)
+    assert admitted == [True]
+
+
+def test_the_base_is_measured_with_new_calls_held_then_lowered_by_any_quicker_probe() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(4, 1, 10, 0.01, clock=clock)
+    assert limit.acquire(0)
+    held_during_probe = []
+
+    def probe() -> float:
+        held_during_probe.append(not limit.acquire(0))  # a new call waits while the base is measured
+        return 0.004
+
+    assert limit.needs_base()
+    gateway_limit.probe_step(limit, probe, sleep=lambda _: None)
+    assert held_during_probe == [True] and limit.base == 0.004 and not limit.needs_base()
+    assert limit.acquire(0)  # and goes once it is
+    limit.observe(0.003)
+    assert limit.base == 0.003
+    clock.now += gateway_limit.BASE_REFRESH_SECONDS
+    assert limit.needs_base()
+
+
+def test_an_idle_lane_is_not_busy_and_does_not_probe() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(4, 1, 10, 0.01, clock=clock)
+    assert not limit.busy()
+    assert limit.acquire(0)
+    assert limit.busy()
+    limit.release()
+    clock.now += gateway_limit.BUSY_SECONDS + 1
+    assert not limit.busy()
+
+
+def settle(limit: AdaptiveLimit, queued_for: float, probes: int = 600) -> float:
+    """The probe thread's loop against a model gateway: the lane fills its limit, then one probe; a probe
+    waits `queued_for(calls in flight)` beyond a 2 ms round trip, except while new calls are held (the
+    queue drains then)."""
+    clock = Clock()
+    limit._clock = clock  # noqa: SLF001 - the model's time
+
+    def probe() -> float:
+        return 0.002 + (0 if limit._paused else queued_for(limit.in_flight))  # noqa: SLF001
+
+    for _ in range(probes):
+        while limit.acquire(0):
+            pass
+        gateway_limit.probe_step(limit, probe, sleep=lambda _: None)
+        for _ in range(limit.in_flight):
+            limit.release()
+        clock.now += 0.1
+    return limit.limit
+
+
+def test_in_front_of_a_gateway_whose_cpu_is_the_bottleneck_the_limit_keeps_its_queue_near_the_target() -> None:
+    # Each call takes 2 ms of the gateway's one CPU: a probe waits for every call in flight.
+    limit = AdaptiveLimit(16, 1, 1024, 0.010)
+    settled = settle(limit, lambda in_flight: in_flight * 0.002)
+    assert 2 <= settled <= 8  # about target / service time (5); 384 threads would queue 0.77 s
+
+
+def test_in_front_of_a_gateway_that_waits_on_whatsapp_the_limit_grows_to_what_the_lane_needs() -> None:
+    # Calls wait seconds on WhatsApp, not on the gateway's CPU: the probe never queues.
+    limit = AdaptiveLimit(16, 1, 1024, 0.010)
+    assert settle(limit, lambda in_flight: 0.0, probes=60) == 1024
