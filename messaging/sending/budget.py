@@ -4,8 +4,7 @@ Plain arithmetic on the settings (no Django import: pilot_status.settings uses i
 shorter than this at start-up). A claim does one of two things, never both under one lease
 (sending.worker renews the lease after a check):
 - a **send**: connectionState (routing, when the cached state is stale), the OTP window (at most two
-  windows), the send slot's sleep (at most SEND_SLOT_MAX_WAIT), the wait for a turn among a background
-  lane's calls in flight (at most GATEWAY_TURN_MAX_WAIT, sending.gateway_limit), then sendText (connect + read
+  windows), the send slot's sleep (at most SEND_SLOT_MAX_WAIT), then sendText (connect + read
   timeout + the typing delay Evolution waits before answering), then, in a threads-pool lane worker
   that gave its connection back for the call, the wait for a free one (at most DB_POOL_WAIT);
 - a **check** of a lost answer (sending.evidence): whatsappNumbers, then findMessages for each form
@@ -22,8 +21,6 @@ CHECK_READ_TIMEOUT = 5.0
 CHECK_JIDS = 3
 # A send slot further away than this puts the message back instead of sleeping (sending.pacing).
 SEND_SLOT_MAX_WAIT = 2.0
-# A background lane's call that finds no turn among the calls in flight within this puts the message back.
-GATEWAY_TURN_MAX_WAIT = 5.0
 # How long a thread waits for a free connection of its process's pool (settings: DATABASE_POOL_MAX_SIZE).
 DB_POOL_WAIT_SECONDS = 5.0
 # Database round trips, Redis, a slow commit: what the arithmetic above does not count.
@@ -32,7 +29,7 @@ LEASE_MARGIN_SECONDS = 10.0
 
 def send_seconds(connect: float, read: float, typing_max_ms: int, otp_window_ms: int) -> float:
     look_up = connect + CHECK_READ_TIMEOUT
-    return (look_up + 2 * otp_window_ms / 1000 + SEND_SLOT_MAX_WAIT + GATEWAY_TURN_MAX_WAIT + connect + read + typing_max_ms / 1000
+    return (look_up + 2 * otp_window_ms / 1000 + SEND_SLOT_MAX_WAIT + connect + read + typing_max_ms / 1000
             + DB_POOL_WAIT_SECONDS)
 
 

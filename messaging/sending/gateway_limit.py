@@ -1,26 +1,30 @@
-"""How many sendText calls a background lane keeps in flight at Evolution: as many as it answers promptly.
+"""How many sends a background lane keeps in progress at once: as many as Evolution answers promptly.
 
 Evolution serves every lane's calls on one event loop. Against a gateway that takes 1 s to answer
 because WhatsApp does, hundreds of calls in flight cost it nothing: they wait on WhatsApp, not on its
 CPU. Against a gateway whose own CPU is the bottleneck, they queue, and an OTP's call waits behind all
 of them: bench B3 read an OTP's call at 0.2-0.6 s with the bulk lanes' 384 threads each, 5-7 ms with
-two processes per lane. So a utility or marketing lane process admits its calls through one
-**adaptive limit** (the OTP lane has none):
+two processes per lane. So a utility or marketing lane process admits its sends (the task, from its
+claim to its last write: lane worker threads doing anything at all) through one **adaptive limit**;
+the OTP lane has none.
 
 - A probe thread asks Evolution's cheapest route (`GET /`, no auth, no WhatsApp behind it) every
-  `GATEWAY_PROBE_INTERVAL_MS` while the lane is sending. Its round trip minus the **base** (the round trip
-  with nothing of ours queued) is how long a call now waits in the gateway's queue before it is served:
+  `GATEWAY_PROBE_INTERVAL_MS` while the lane is sending, three times in a row, and keeps the median
+  (a lane process runs niced among hundreds of threads: one slow answer may be its own scheduling; a
+  queue at the gateway slows most of them, where the quickest of three would often find a gap in it). That round trip minus the **base** (the round trip with
+  nothing of ours queued) is how long a call now waits in the gateway's queue before it is served:
   what an OTP's call would wait. The sendText calls' own times cannot say it, since WhatsApp's latency
   varies by seconds from one call to the next (a delay-based limit on them, Vegas or Gradient2, shrank
   to a dozen calls under a 0.3-3 s latency in a simulation; the probe sees no WhatsApp).
-- The base is measured every `BASE_REFRESH_SECONDS` by holding new calls for `BASE_PAUSE_SECONDS` and
-  probing then (the least probe since counts too): the least probe alone would be one taken behind
-  our own queue when the lane starts busy, and the limit would keep that queue for good. The calls in
-  flight go on meanwhile; the hold costs the lane under 1 % of its time.
-- A wait above `GATEWAY_QUEUE_TARGET_MS` cuts the limit by a quarter; at or under it, a limit that
-  the lane filled grows by a tenth plus one (from 4 to 300 calls in about 4.5 s at 100 ms probes).
-- A thread waits for its turn at most `budget.GATEWAY_TURN_MAX_WAIT` (the lease counts it); after
-  that the message goes back to Postgres, due at once, with no attempt used.
+- The base is measured every `BASE_REFRESH_SECONDS` by holding new sends for `BASE_PAUSE_SECONDS` and
+  probing then (the quickest probe since counts too): the quickest probe alone would be one taken
+  behind our own queue when the lane starts busy, and the limit would keep that queue for good. The
+  sends in progress go on meanwhile; the hold costs the lane under 1 % of its time.
+- A wait above `GATEWAY_QUEUE_TARGET_MS` cuts the limit by a quarter, once per round (not again before
+  the sends in progress at the cut have ended); at or under it, a limit that the lane filled grows by
+  a tenth plus one (from 4 to 300 sends in about 4.5 s at 100 ms probes).
+- A task waits for its turn before it claims its message (sending.tasks), so a waiting thread holds no
+  lease and no connection; after `TURN_MAX_WAIT_SECONDS` without one the task goes back to its queue.
 
 Per process: each lane process has its own limit and probe (more processes, more calls; the probe
 sees the queue they make together).
@@ -49,6 +53,9 @@ BASE_PAUSE_SECONDS = 0.2
 # The probe runs only while the lane made a call this recently (an idle lane does not poll Evolution).
 BUSY_SECONDS = 2.0
 PROBE_TIMEOUT_SECONDS = 2.0
+PROBES_PER_STEP = 3
+# Well under RabbitMQ's consumer_timeout (30 min) for the reserved task the waiting thread holds.
+TURN_MAX_WAIT_SECONDS = 60.0
 
 
 def next_limit(limit: float, queued_seconds: float, target_seconds: float, filled: bool,
@@ -76,6 +83,11 @@ class AdaptiveLimit:
         self._filled = False  # whether the calls in flight reached the limit since the last probe
         self._paused = False
         self._last_call = float("-inf")
+        # One cut per round: a cut shows in the gateway's queue only once the sends in progress when it
+        # was made have ended (at 1 s of latency and 2 s of typing, 3 s later), and cutting again on
+        # every probe meanwhile took a lane from 180 sends to 1 in two seconds (bench B8).
+        self._ended = 0
+        self._cut_allowed_at = 0
 
     def acquire(self, timeout: float) -> bool:
         """Wait for a place among the calls in flight; False after `timeout` seconds without one."""
@@ -95,6 +107,7 @@ class AdaptiveLimit:
     def release(self) -> None:
         with self._changed:
             self.in_flight -= 1
+            self._ended += 1
             self._changed.notify()
 
     def busy(self) -> bool:
@@ -119,8 +132,12 @@ class AdaptiveLimit:
             self.base = round_trip
         with self._changed:
             before = self.limit
-            self.limit = next_limit(before, round_trip - self.base, self.target_seconds, self._filled,
-                                    self.minimum, self.maximum)
+            queued = round_trip - self.base
+            if queued > self.target_seconds and self._ended < self._cut_allowed_at:
+                return before  # the last cut has not shown yet
+            self.limit = next_limit(before, queued, self.target_seconds, self._filled, self.minimum, self.maximum)
+            if self.limit < before:
+                self._cut_allowed_at = self._ended + self.in_flight
             self._filled = self.in_flight >= int(self.limit)
             if int(self.limit) > int(before):
                 self._changed.notify_all()
@@ -170,6 +187,13 @@ def for_lane(lane: str) -> AdaptiveLimit | None:
     return _limit
 
 
+def probe(session: requests.Session) -> float | None:
+    """The median of PROBES_PER_STEP round trips of `GET /` (see the module's docstring)."""
+    trips = [probe_once(session) for _ in range(PROBES_PER_STEP)]
+    answered = sorted(trip for trip in trips if trip is not None)
+    return answered[len(answered) // 2] if answered else None
+
+
 def probe_once(session: requests.Session) -> float | None:
     """The round trip of `GET /` in seconds (its timeout when it timed out); None when Evolution is not
     reachable or answers oddly, which says nothing about its queue (the circuits handle that)."""
@@ -186,15 +210,33 @@ def probe_once(session: requests.Session) -> float | None:
     return time.monotonic() - started
 
 
+# How often a busy lane logs its limit (what an operator reads to see why a lane sends as fast as it does).
+REPORT_SECONDS = 10.0
+
+
 def _probe_forever(limit: AdaptiveLimit) -> None:
     session = requests.Session()
     session.trust_env = False
     interval = settings.GATEWAY_PROBE_INTERVAL_MS / 1000
+    trips: list[float] = []
+    reported = time.monotonic()
     while True:
         time.sleep(interval)
         if not limit.busy():
             continue
+        def timed() -> float | None:
+            trip = probe(session)
+            if trip is not None:
+                trips.append(trip)
+            return trip
+
         try:
-            probe_step(limit, lambda: probe_once(session))
+            probe_step(limit, timed)
         except Exception:  # the probe must never die: without it the limit would stay where it is
             log.exception("gateway probe failed")
+        if time.monotonic() - reported >= REPORT_SECONDS and trips:
+            trips.sort()
+            log.info("gateway limit %.1f (%d sends in progress); probe p50 %.1f ms, p90 %.1f ms, base %.1f ms",
+                     limit.limit, limit.in_flight, 1000 * trips[len(trips) // 2], 1000 * trips[len(trips) * 9 // 10],
+                     1000 * (limit.base or 0))
+            trips, reported = [], time.monotonic()

@@ -10,7 +10,7 @@ from celery import Task, shared_task
 from pilot_status.celery import SEND_TASK
 
 from .. import otp_window
-from . import worker
+from . import gateway_limit, worker
 
 
 @shared_task(name=SEND_TASK, acks_late=True, ignore_result=True, bind=True)
@@ -18,6 +18,11 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
     lane = str((self.request.delivery_info or {}).get("routing_key") or "")
     if otp_window.lane_waits(lane):
         otp_window.wait_for_window(f"send:{lane}")
+    # A background lane's turn among the sends in progress (gateway_limit), taken before the claim: a
+    # thread waiting for it holds no lease, no connection and no message, only its reserved task.
+    limit = gateway_limit.for_lane(lane)
+    if limit is not None and not limit.acquire(gateway_limit.TURN_MAX_WAIT_SECONDS):
+        raise self.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
     try:
         return worker.send_one(message_id)
     except worker.NoConnectionToClaim:
@@ -27,6 +32,9 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
         # releases it again should this retry be lost; putting the outbox row back instead would need the
         # very connection the pool could not give.
         raise self.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
+    finally:
+        if limit is not None:
+            limit.release()
 
 
 # How soon a claim that found no free pooled connection is tried again (then up to twice that).

@@ -21,9 +21,7 @@ from pilot_status.database import checking_connection, release_while_waiting
 
 from .. import lifecycle, otp_window, test_numbers, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
-from . import (
-    backoff, breaker, budget, evidence, gateway, gateway_limit, instance_state, pacing, routing, simulated, typing_delay,
-)
+from . import backoff, breaker, budget, evidence, gateway, instance_state, pacing, routing, simulated, typing_delay
 
 log = logging.getLogger(__name__)
 
@@ -121,18 +119,9 @@ def send_one(message_id: str) -> str:
         otp_window.wait_for_window(f"send:{message.lane}")
     if not take_send_slot(message, token, route):
         return "held"
-    release_while_waiting()  # the call can take seconds (latency + typing): its connection serves others meanwhile
-    limit = gateway_limit.for_lane(message.lane)
-    if limit is not None and not limit.acquire(budget.GATEWAY_TURN_MAX_WAIT):
-        metrics.messages(f"held:gateway_busy:{message.lane}")
-        put_back(message, token, route, timezone.now(), {"why": "gateway busy", "instance": instance.name})
-        return "held"
     started = timezone.now()
-    try:
-        outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message))
-    finally:
-        if limit is not None:
-            limit.release()
+    release_while_waiting()  # the call can take seconds (latency + typing): its connection serves others meanwhile
+    outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message))
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
         done = apply_outcome(message, token, instance, outcome, started)
@@ -168,22 +157,19 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
     instance = route.instance
     wait = pacing.send_slot(instance.pk, instance.send_rate_per_second)
     if wait < 0:
+        if not route.circuits_closed:  # a half-open circuit's probe this send took does not get to run
+            breaker.record(breaker.instance_scope(instance.name), breaker.NEUTRAL)
+            breaker.record(breaker.GATEWAY, breaker.NEUTRAL)
         metrics.messages(f"held:paced:{message.lane}")
-        put_back(message, token, route, timezone.now() + timedelta(seconds=-wait),
-                 {"why": "instance send rate", "instance": instance.name, "waitSeconds": round(-wait, 3)})
+        lifecycle.requeue(
+            message, token, min(timezone.now() + timedelta(seconds=-wait), message.deliver_until), EventKind.WAITING,
+            detail={"why": "instance send rate", "instance": instance.name, "waitSeconds": round(-wait, 3)},
+        )
         return False
     if wait:
         release_while_waiting()
         time.sleep(wait)
     return True
-
-
-def put_back(message: Message, token: uuid.UUID, route: routing.Route, due: datetime, detail: dict[str, object]) -> None:
-    """Back to QUEUED before the call, due at `due` (never past deliverUntil), no attempt used."""
-    if not route.circuits_closed:  # a half-open circuit's probe this send took does not get to run
-        breaker.record(breaker.instance_scope(route.instance.name), breaker.NEUTRAL)
-        breaker.record(breaker.GATEWAY, breaker.NEUTRAL)
-    lifecycle.requeue(message, token, min(due, message.deliver_until), EventKind.WAITING, detail=detail)
 
 
 def feed_breakers(instance: Instance, outcome: gateway.Outcome) -> None:

@@ -35,6 +35,20 @@ def test_a_filled_limit_grows_while_nothing_queues_and_an_unused_one_stays() -> 
     assert next_limit(1000, 0.0, 0.010, True, 1, 1024) == 1024
 
 
+def test_a_cut_waits_for_the_sends_in_progress_at_it_to_end_before_the_next() -> None:
+    limit = AdaptiveLimit(40, 1, 100, 0.003)
+    limit.base = 0.001
+    for _ in range(8):
+        assert limit.acquire(0)
+    assert limit.observe(0.050) == 30  # queued: cut
+    assert limit.observe(0.050) == 30  # the eight sends in progress at the cut have not ended
+    for _ in range(7):
+        limit.release()
+    assert limit.observe(0.050) == 30
+    limit.release()
+    assert limit.observe(0.050) == 22.5  # they have now: the next cut
+
+
 def test_at_most_limit_calls_are_admitted_and_a_release_admits_the_next() -> None:
     limit = AdaptiveLimit(2, 1, 10, 0.01)
     assert limit.acquire(0.01) and limit.acquire(0.01)
