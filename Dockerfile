@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # Pilot Status's image (issue 24): one image for every process (web, webhook, workers, beat, relays,
 # consumer); docker-compose.yml picks the command. Configuration comes only from the environment
 # (contract §7); nothing secret is baked in.
@@ -11,7 +10,8 @@
 #              docs/, scripts/, no development tool (pytest, playwright, mypy...; requirements/dev.in),
 #              no simulator, no compiler, no pip cache. Static files are collected at build, and every
 #              process runs as the unprivileged user `app`.
-# Size: `docker image ls pilot-status` after `docker compose build` (README, "Docker").
+# Size: `docker image ls pilot-status` after `docker compose build` (README, "Docker image").
+# Needs BuildKit (`RUN --mount`), the builder of `docker build` and compose since Docker 23.
 FROM python:3.11-slim AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
