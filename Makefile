@@ -21,13 +21,19 @@ SERVICES := scripts/services.sh
 ENV := scripts/env.sh
 TEST_ENV := scripts/env.sh --test
 ARGS ?=
+DEV_LOCK := requirements/dev.lock
+LOCK_ARGS ?=
+# No index or find-links lines in the locks (they name this machine's mirrors), and the header says `make lock`.
+PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+	--strip-extras --no-emit-index-url --no-emit-find-links --no-emit-trusted-host
 
-.PHONY: lint help install system-deps services migrate run test bench chaos stop status browser-deps bench-deps
+.PHONY: lint help install system-deps services migrate run test bench chaos stop status browser-deps bench-deps lock
 
 help:
 	@echo "make run           install, start services, migrate, seed the demo, run the stack (honcho)"
 	@echo "make test          run the test suite (ARGS=\"...\" for pytest)"
-	@echo "make install       apt packages + .venv (pip only when requirements.txt changed)"
+	@echo "make install       apt packages + .venv from requirements/dev.lock (pip only when the lock changed)"
+	@echo "make lock          re-pin requirements/*.lock after editing requirements.txt or requirements/*.in"
 	@echo "make services      start Postgres :55432, Redis :56379, RabbitMQ :56720 (loopback)"
 	@echo "make migrate       apply migrations"
 	@echo "make bench / chaos python -m bench / python -m chaos"
@@ -49,10 +55,21 @@ $(VENV)/bin/python:
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || $(SERVICES) apt-ensure python3-venv
 	$(PYTHON) -m venv $(VENV)
 
-# pip runs only when requirements.txt is newer than the stamp (or the venv is new).
-$(STAMP): requirements.txt | $(VENV)/bin/python
-	$(VENV)/bin/pip install --disable-pip-version-check --no-input -q -r requirements.txt
+# pip runs only when the lock is newer than the stamp (or the venv is new). requirements/dev.lock pins
+# every package, indirect ones included, with their hashes: pip refuses a file whose hash differs and a
+# package the lock does not name (requirements/README.md).
+$(STAMP): $(DEV_LOCK) | $(VENV)/bin/python
+	$(VENV)/bin/pip install --disable-pip-version-check --no-input -q --require-hashes -r $(DEV_LOCK)
 	@touch $@
+
+# Re-pins the locks from requirements.txt (runtime), requirements/simulator.in and requirements/dev.in,
+# in that order: each constrains the next, so a package has one version in all three. Pins already in a
+# lock are kept; LOCK_ARGS="--upgrade-package NAME" (or --upgrade) moves them. pip and setuptools are
+# pinned too (--allow-unsafe): pip-tools needs them, and --require-hashes refuses anything unpinned.
+lock: $(STAMP)
+	$(PIP_COMPILE) $(LOCK_ARGS) --output-file requirements/runtime.lock requirements.txt
+	$(PIP_COMPILE) $(LOCK_ARGS) --output-file requirements/simulator.lock requirements/simulator.in
+	$(PIP_COMPILE) $(LOCK_ARGS) --output-file $(DEV_LOCK) requirements/dev.in
 
 browser-deps:
 	@command -v chromium >/dev/null || $(SERVICES) apt-ensure chromium

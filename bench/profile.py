@@ -1,4 +1,4 @@
-"""Sampling profiles of the stack's hot paths with py-spy (pinned in requirements.txt).
+"""Sampling profiles of the stack's hot paths with py-spy (pinned in requirements/dev.in).
 
 py-spy attaches to running processes from outside (ptrace), so the product runs unmodified. Each
 profile is written in py-spy's raw "collapsed stack" format under artifacts/bench/profiles/ and

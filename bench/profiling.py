@@ -31,7 +31,7 @@ def _files(stem: str, pids: dict[str, int]) -> list[Path]:
 
 def run(ctx: Context) -> dict[str, Any]:
     if profile.py_spy() is None:
-        return {"error": "py-spy is not installed (pip install -r requirements.txt)"}
+        return {"error": "py-spy is not installed (make install; pinned in requirements/dev.in)"}
     seconds = ctx.sizes.profile_seconds
     for old in OUT.glob("*.txt"):
         old.unlink()
