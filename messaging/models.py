@@ -302,6 +302,10 @@ class OptIn(models.Model):
     objects = ProjectScopedQuerySet.as_manager()
 
     class Meta:
+        indexes = [
+            # callbacks.derive: the revocations in time order, without reading every live consent.
+            models.Index(fields=["revoked_at"], name="optin_revoked", condition=Q(revoked_at__isnull=False)),
+        ]
         constraints = [
             # One live consent per recipient; rules.check_opt_in queries through it.
             models.UniqueConstraint(
@@ -457,6 +461,12 @@ class EventKind(models.TextChoices):
     CHECKED = "CHECKED", "Lost answer checked with Evolution"
 
 
+# The timeline lines that are a change of status a customer sees: each owes a `message.status`
+# callback (callbacks.derive). SENDING is ours (a claim), so it has no line of its own; QUEUED comes
+# back with a force resend (RESENT).
+STATUS_LINE_KINDS: tuple[str, ...] = (EventKind.STATUS, EventKind.FAILED, EventKind.RESENT)
+
+
 class MessageEvent(models.Model):
     """One line of a message's timeline."""
 
@@ -475,6 +485,10 @@ class MessageEvent(models.Model):
             # retention (messaging.retention): old lines by time. BRIN: a few pages, and next to
             # nothing per insert (six or more per message).
             BrinIndex(fields=["created_at"], name="event_created_brin"),
+            # callbacks.derive: the status lines in id order, without reading the rest of the timeline
+            # (a marketing backlog writes its ACCEPTED and DISPATCHED lines first, tens of thousands of
+            # them). Partial: only the lines that owe a callback pay for an entry.
+            models.Index(fields=["id"], name="event_status_lines", condition=Q(kind__in=STATUS_LINE_KINDS)),
         ]
 
 

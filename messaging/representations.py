@@ -54,6 +54,8 @@ def message_body(message: Message, events: list[MessageEvent] | None = None) -> 
         "outcomeUnknown": message.outcome_unknown,
         "outcomeUnknownSince": iso(message.outcome_unknown_since),
         "metadata": message.metadata,
+        # The URL the send asked for its own `message.status` callbacks (callbacks.derive); null without.
+        "callbackUrl": message.callback_url or None,
         "deliverUntil": iso(message.deliver_until),
         "nextAttemptAt": iso(message.next_attempt_at) if message.status == "QUEUED" else None,
         "createdAt": iso(message.created_at),

@@ -80,6 +80,9 @@ _MESSAGE_FIELDS: dict[str, Any] = {
     ),
     "outcomeUnknownSince": serializers.DateTimeField(allow_null=True),
     "metadata": serializers.DictField(),
+    "callbackUrl": serializers.URLField(
+        allow_null=True, help_text="The send's own `callbackUrl` for its `message.status` callbacks; null when it had none"
+    ),
     "deliverUntil": serializers.DateTimeField(),
     "nextAttemptAt": serializers.DateTimeField(allow_null=True),
     "createdAt": serializers.DateTimeField(),
@@ -90,7 +93,9 @@ _MESSAGE_FIELDS: dict[str, Any] = {
     "readAt": serializers.DateTimeField(allow_null=True),
     "failedAt": serializers.DateTimeField(allow_null=True),
 }
-Message = inline_serializer("Message", _MESSAGE_FIELDS)
+# A copy: DRF's serializer metaclass pops the fields out of the dict it is given, and MessageDetail
+# below still needs them (without it, GET /v1/messages/{id}'s schema listed only the timeline).
+Message = inline_serializer("Message", dict(_MESSAGE_FIELDS))
 MessageDetail = inline_serializer(
     "MessageDetail",
     {

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from callbacks.models import Delivery, DeliveryAttempt, WebhookEndpoint
+from tests.messaging.sending_helpers import send
 
 URL = "http://127.0.0.1:9/hook"
 
@@ -164,3 +165,22 @@ def test_the_routes_are_in_the_openapi_schema(client):
         "/v1/webhook-deliveries/{delivery_id}/replay",
     ):
         assert path in paths, path
+
+
+def test_a_message_shows_the_callback_url_it_was_sent_with(alice, alice_instance):
+    with_url = send(alice, callbackUrl="https://hooks.example.com/pilot?order=42")
+    without = send(alice, to="+5511988887778")
+
+    shown = alice.client().get(f"/v1/messages/{with_url.pk}").json()
+    assert shown["callbackUrl"] == "https://hooks.example.com/pilot?order=42"
+    assert alice.client().get(f"/v1/messages/{without.pk}").json()["callbackUrl"] is None
+    listed = {m["id"]: m["callbackUrl"] for m in alice.client().get("/v1/messages").json()["data"]}
+    assert listed == {str(with_url.pk): "https://hooks.example.com/pilot?order=42", str(without.pk): None}
+
+
+def test_the_openapi_schema_describes_a_messages_callback_url(client):
+    schemas = client.get("/v1/schema/", HTTP_ACCEPT="application/json").json()["components"]["schemas"]
+    for name in ("Message", "MessageDetail"):
+        field = schemas[name]["properties"]["callbackUrl"]
+        assert field["type"] == "string" and field["format"] == "uri" and field["nullable"] is True, field
+        assert "callbackUrl" in field["description"]

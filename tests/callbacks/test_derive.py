@@ -3,13 +3,15 @@ source, whatever the number of passes, and a row that commits late is not skippe
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
 from callbacks import derive
 from callbacks.models import Delivery, RelayCursor, WebhookEndpoint
 from messaging import lifecycle, opt_ins
-from messaging.models import FailureReason, Message
+from messaging.models import FailureReason, Message, MessageEvent
 from tests.messaging.sending_helpers import RECIPIENT, send
 from tests.support.processes import test_database_url as database_url
 
@@ -180,3 +182,124 @@ def test_an_inbound_message_on_the_projects_instance_becomes_a_message_inbound_d
     assert (data["from"], data["text"], data["pushName"], data["instance"], data["whatsappMessageId"]) == (
         "+5511988887777", "STOP", "Ana", alice_instance.name, "3EB0IN1"
     )
+
+
+# --- under load: only the rows that owe a callback are read -----------------------------------------
+
+
+def other_lines(message: Message, count: int) -> None:
+    """`count` timeline lines that owe no callback (a marketing backlog's ACCEPTED and DISPATCHED)."""
+    MessageEvent.objects.bulk_create(
+        (MessageEvent(message=message, kind="ACCEPTED" if n % 2 else "DISPATCHED", detail={}) for n in range(count)),
+        batch_size=5000,
+    )
+
+
+def status_lines(message: Message, count: int) -> list[int]:
+    lines = MessageEvent.objects.bulk_create(
+        MessageEvent(message=message, kind="STATUS", detail={"status": "SENT"}) for _ in range(count)
+    )
+    return [line.pk for line in lines]
+
+
+def test_a_status_line_after_thousands_of_other_lines_is_delivered_by_one_pass_within_its_budget(alice):
+    # given: a pass has read everything so far, then 20 batches of lines that owe nothing, then one that does
+    endpoint = endpoint_for(alice)
+    message = send(alice)
+    derive.run()
+    other_lines(message, 20 * derive.BATCH)
+    assert message.advance("SENT")
+
+    # when: one pass runs, with half a second to spend
+    started = time.monotonic()
+    done = derive.run(budget_seconds=0.5)
+    elapsed = time.monotonic() - started
+
+    # then: the SENT line's callback is owed, well within the budget
+    assert [d["status"] for d in status_payloads(endpoint)] == ["SENT"] and done.status == 1
+    assert elapsed < 0.5, elapsed
+
+
+def test_one_pass_goes_through_a_backlog_of_status_lines_batch_after_batch(alice, monkeypatch):
+    monkeypatch.setattr(derive, "BATCH", 50)
+    endpoint = endpoint_for(alice)
+    message = send(alice)
+    derive.run()
+    ids = status_lines(message, 175)  # four reads of 50
+
+    derive.run()
+
+    assert sorted(d["sequence"] for d in status_payloads(endpoint)) == ids
+    assert RelayCursor.objects.get(name="timeline").position == ids[-1]
+
+
+def test_a_late_line_is_not_skipped_while_a_pass_reads_ahead_of_it(alice, monkeypatch):
+    monkeypatch.setattr(derive, "BATCH", 2)
+    endpoint = endpoint_for(alice)
+    message = send(alice)
+    derive.run()
+
+    # given: an uncommitted status line, then seven committed ones after it (four reads of two)
+    late = psycopg.connect(database_url().replace("postgresql+psycopg", "postgresql"))
+    try:
+        with late.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at) "
+                "VALUES (%s, 'STATUS', '', '{\"status\": \"SERVER_ACK\"}', now()) RETURNING id",
+                [message.pk],
+            )
+            late_id = cursor.fetchone()[0]
+        after = status_lines(message, 7)
+
+        # when: a pass runs while it is open: it reads ahead, and its position waits before the late line
+        derive.run()
+        assert sorted(d["sequence"] for d in status_payloads(endpoint)) == after
+        assert RelayCursor.objects.get(name="timeline").position < late_id
+        late.commit()
+        derive.run()
+        derive.run()
+    finally:
+        late.close()
+
+    # then: every line has its one delivery, and the position has moved past them all
+    assert sorted(d["sequence"] for d in status_payloads(endpoint)) == sorted([late_id, *after])
+    assert Delivery.objects.filter(endpoint=endpoint).count() == 8
+    assert RelayCursor.objects.get(name="timeline").position == after[-1]
+
+
+def test_an_inbound_message_after_thousands_of_receipts_is_delivered_by_one_pass(alice, alice_instance):
+    from ingestion.models import IngestionEvent
+
+    endpoint = endpoint_for(alice, "message.inbound")
+    derive.run()
+    IngestionEvent.objects.bulk_create(
+        (IngestionEvent(dedup_key=f"r{n:063d}", channel="WEBHOOK", event="messages.update", instance_name=alice_instance.name,
+                        key_id=f"3EB0R{n}", payload={"event": "messages.update", "data": {"status": "DELIVERY_ACK"}})
+         for n in range(10 * derive.BATCH)),
+        batch_size=5000,
+    )
+    IngestionEvent.objects.create(
+        dedup_key="i" * 64, channel="WEBHOOK", event="messages.upsert", instance_name=alice_instance.name, key_id="3EB0IN1",
+        payload={"event": "messages.upsert", "instance": alice_instance.name, "data": {
+            "key": {"remoteJid": "5511988887777@s.whatsapp.net", "fromMe": False, "id": "3EB0IN1"},
+            "message": {"conversation": "hello"}}},
+    )
+
+    started = time.monotonic()
+    done = derive.run(budget_seconds=0.5)
+
+    assert done.inbound == 1 and Delivery.objects.filter(endpoint=endpoint).count() == 1
+    assert time.monotonic() - started < 0.5
+
+
+def test_a_source_no_endpoint_asks_for_is_not_read_and_its_cursor_moves_on(alice, alice_instance):
+    from ingestion.models import IngestionEvent
+
+    endpoint_for(alice, "message.status")  # no one wants message.inbound or opt_in.revoked
+    inbox = IngestionEvent.objects.create(
+        dedup_key="j" * 64, channel="WEBHOOK", event="messages.upsert", instance_name=alice_instance.name, key_id="3EB0IN2",
+        payload={"event": "messages.upsert", "data": {"key": {"remoteJid": "5511988887777@s.whatsapp.net", "fromMe": False}}},
+    )
+    derive.run()
+    assert RelayCursor.objects.get(name="inbox").position == inbox.pk
+    assert not Delivery.objects.exists()
