@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from messaging import opt_ins
 from messaging.models import Message
-from pilot_status import metrics
+from pilot_status import heartbeats, metrics
 from tests.support.services import stopped
 from tests.support.simulator import wait_until
 
@@ -108,6 +108,9 @@ def test_after_a_real_send_every_histogram_and_gauge_is_served_and_moves(stack: 
     # The stack's processes and this one read the same METRICS_TOKEN (scripts/env.sh).
     simulator.register(alice_instance, stack.webhook_url)
     opt_ins.record(alice.project, "+5511988887777", "signup form")
+    # Each test starts on an empty Redis: the stack's relay writes its heartbeat again within HEARTBEAT_SECONDS.
+    wait_until(lambda: any(beat["process"].startswith("relay") for beat in heartbeats.processes()), timeout=15,
+               message="the relay's heartbeat")
     before = samples(scrape(stack))
 
     response = requests.post(
