@@ -7,7 +7,7 @@ What it serves, in Prometheus's text format:
   the outbox per lane (`pilot_status_outbox_depth`, `_due`, `_oldest_age_seconds`, `_oldest_due_age_seconds`),
   each Celery queue's ready tasks and consumers (`pilot_status_queue_ready`, `pilot_status_queue_consumers`),
   each circuit (`pilot_status_circuit_state{scope,name}`: 0 closed, 1 half-open, 2 open), each process's
-  heartbeat (`pilot_status_heartbeat_age_seconds{process,instance}`, `pilot_status_heartbeat_stale`);
+  heartbeat (`pilot_status_heartbeat_age_seconds{process,host,pid}`, `pilot_status_heartbeat_stale`);
 - the Redis counters (`ps:metrics:*`, pilot_status.metrics) as they are, one counter per key, named as the
   old text output named them (`ps:metrics:evolution:webhook:processed` →
   `pilot_status_evolution_webhook_processed_total`; `messages:status:<S>:<lane>` and `messages:failed:<R>:<lane>`
@@ -103,11 +103,12 @@ def _circuits(states: tuple[dict[str, Any], dict[str, dict[str, Any]]]) -> Itera
 
 
 def _heartbeats(beats: list[dict[str, Any]]) -> Iterable[Metric]:
-    age = _gauge("pilot_status_heartbeat_age_seconds", "Age of each process's last heartbeat", ["process", "instance"])
+    # `host` and `pid`, not `instance`: Prometheus gives that label to the scraped target.
+    age = _gauge("pilot_status_heartbeat_age_seconds", "Age of each process's last heartbeat", ["process", "host", "pid"])
     stale = _gauge("pilot_status_heartbeat_stale", "1 when the heartbeat is older than HEARTBEAT_STALE_SECONDS",
-                   ["process", "instance"])
+                   ["process", "host", "pid"])
     for beat in beats:
-        labels = [str(beat["process"]), f"{beat['host']}:{beat['pid']}"]
+        labels = [str(beat["process"]), str(beat["host"]), str(beat["pid"])]
         age.add_metric(labels, float(beat["age_seconds"]))
         stale.add_metric(labels, 1.0 if beat["stale"] else 0.0)
     return [age, stale]
