@@ -58,7 +58,7 @@ RUN --mount=type=bind,from=builder,source=/wheels/runtime,target=/wheels \
     pip install --no-index --no-deps /wheels/*.whl
 
 # The product's code only (tests/pilot_status/test_image.py checks this list).
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 COPY pilot_status pilot_status
 COPY messaging messaging
 COPY ingestion ingestion

@@ -104,6 +104,7 @@ migrate: install services
 run: migrate
 	$(ENV) $(VENV)/bin/python manage.py seed_demo --i-know-this-is-a-demo
 	$(ENV) scripts/procfile.sh > .state/Procfile
+	rm -rf .state/prometheus  # the last run's histogram files (PROMETHEUS_MULTIPROC_DIR's default)
 	exec $(ENV) $(VENV)/bin/honcho start -e /dev/null -f .state/Procfile
 
 # Tests: Redis db 1, RabbitMQ vhost pilot_test (scripts/env.sh --test), and PG_FAST=1 —

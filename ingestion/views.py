@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import math
+import time
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from messaging.api.throttling import take_token
 from messaging.models import Instance
-from pilot_status import heartbeats, jsonbody, metrics
+from pilot_status import heartbeats, jsonbody, metrics, observe
 from pilot_status.errors import error_response
 
 from . import auth, inbox, receive
@@ -27,6 +28,13 @@ log = logging.getLogger(__name__)
 @csrf_exempt
 @require_POST
 def webhook(request: HttpRequest, event_suffix: str = "") -> HttpResponse:
+    started = time.perf_counter()
+    response = _webhook_or_503(request)
+    observe.observe(observe.WEBHOOK, str(response.status_code), time.perf_counter() - started)
+    return response
+
+
+def _webhook_or_503(request: HttpRequest) -> HttpResponse:
     try:
         return _webhook(request)
     except DatabaseError as exc:

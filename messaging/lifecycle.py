@@ -14,6 +14,8 @@ import django.dispatch
 from django.db import transaction
 from django.utils import timezone
 
+from pilot_status import observe
+
 from . import writes
 from .accept import enqueue
 from .models import DeadLetter, EventKind, Message, Status
@@ -162,7 +164,10 @@ def mark_sent(
             # The lease was lost meanwhile, but the attempt did happen: the timeline keeps it.
             message.record(attempt_line.kind, **attempt_line.detail)
         return False
+    created_at = message.__dict__.get("created_at")  # loaded by the claim; never a query of its own
     for name, value in changes.items():
         setattr(message, name, value)
+    if created_at is not None:
+        observe.observe(observe.ACCEPT_TO_SENT, message.lane, (now - created_at).total_seconds())
     message_sent.send(sender=Message, message=message)
     return True

@@ -207,7 +207,7 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _series(key: str) -> tuple[str, dict[str, str]]:
+def series(key: str) -> tuple[str, dict[str, str]]:
     """A Redis counter key as a Prometheus metric name and labels."""
     name = key[len(PREFIX):] if key.startswith(PREFIX) else key
     parts = name.split(":")
@@ -221,7 +221,7 @@ def _series(key: str) -> tuple[str, dict[str, str]]:
 def prometheus_text(counters: dict[str, int]) -> str:
     by_name: dict[str, list[tuple[dict[str, str], int]]] = {}
     for key, value in sorted(counters.items()):
-        metric, labels = _series(key)
+        metric, labels = series(key)
         by_name.setdefault(metric, []).append((labels, value))
     lines: list[str] = []
     for metric, samples in sorted(by_name.items()):

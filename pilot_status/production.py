@@ -29,7 +29,8 @@ PUBLISHED_SECRETS = frozenset(
 )
 # A value containing one of these is a placeholder someone edited, not a secret.
 PLACEHOLDER_MARKERS = ("change-me", "changeme", "change_me", "replace-me", "replace_me", "insecure")
-SECRETS = ("SECRET_KEY", "INTERNAL_WEBHOOK_SECRET")
+# METRICS_TOKEN: the scrape's own credential (pilot_status.scrape), so Prometheus never holds the internal secret.
+SECRETS = ("SECRET_KEY", "INTERNAL_WEBHOOK_SECRET", "METRICS_TOKEN")
 SECRET_MIN_LENGTH = 32
 # Django's own deploy check (security.W009) asks for at least 5 distinct characters.
 SECRET_MIN_DISTINCT = 5
@@ -72,6 +73,9 @@ def refusal(read: Callable[[str], str | None]) -> str | None:
     if values["SECRET_KEY"] == values["INTERNAL_WEBHOOK_SECRET"]:
         # The internal secret travels in a header on every forward; it must not also sign sessions.
         return "INTERNAL_WEBHOOK_SECRET must differ from SECRET_KEY"
+    if values["METRICS_TOKEN"] in (values["SECRET_KEY"], values["INTERNAL_WEBHOOK_SECRET"]):
+        # A scraper's configuration is read by more people than the application's.
+        return "METRICS_TOKEN must differ from SECRET_KEY and INTERNAL_WEBHOOK_SECRET"
     return allowed_hosts_problem(read("ALLOWED_HOSTS"))
 
 

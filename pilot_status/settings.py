@@ -142,7 +142,8 @@ SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
 # The consumer and the ingestion reconciler forward to INTERNAL_WEBHOOK_URL over the private network
 # in plain HTTP, and the webhook pool (internal_wsgi) never redirects: the web pool, which also serves
 # /api/internal/ in a one-process deployment, answers them the same way instead of a 301 to https.
-SECURE_REDIRECT_EXEMPT = [r"^api/internal/"]
+# Prometheus's scrape (/metrics) too: it speaks plain HTTP on the private network, as the forwards do.
+SECURE_REDIRECT_EXEMPT = [r"^api/internal/", r"^metrics$"]
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000, minimum=0)
@@ -420,6 +421,12 @@ if OPS_STATUS_TOKEN and not DEBUG:
     _problem = production.secret_problem("OPS_STATUS_TOKEN", OPS_STATUS_TOKEN)
     if _problem:
         production.refuse(_problem)
+# GET /metrics (pilot_status.scrape) answers `Authorization: Bearer <METRICS_TOKEN>` only: a credential that
+# reads the metrics and nothing else. Production mode requires it (pilot_status.production); unset with
+# DEBUG=1, the endpoint refuses everyone. Each scrape-time reader (outbox, queues, circuits, heartbeats,
+# counters) gets METRICS_SCRAPE_TIMEOUT_SECONDS, all at once; a late one is left out of that scrape.
+METRICS_TOKEN = envstr("METRICS_TOKEN", "")
+METRICS_SCRAPE_TIMEOUT_SECONDS = envfloat("METRICS_SCRAPE_TIMEOUT_SECONDS", 1.0, above=0, at_most=10)
 
 # The send body is read by a plain validator first (messaging.api.serializers.plain_send_request: the
 # usual body without DRF's field machinery, the same answer) and by SendMessageSerializer when it

@@ -114,7 +114,9 @@ def _queues() -> dict[str, Any]:
     return depths
 
 
-def _circuits() -> dict[str, Any]:
+def circuit_states() -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The gateway's circuit and every instance's (`{"state"}`, with `open_until` unless closed); also read by
+    the metrics' collector (pilot_status.scrape)."""
     from messaging.models import Instance
     from messaging.sending import breaker
     from pilot_status import metrics
@@ -130,8 +132,15 @@ def _circuits() -> dict[str, Any]:
             return {"state": breaker.CLOSED}
         return {"state": breaker.OPEN if now < until else breaker.HALF_OPEN, "open_until": until}
 
-    instances = {name: state(until) for name, until in zip(names, untils[1:]) if until is not None}
-    return {"gateway": state(untils[0]), "instances": instances, "closed": len(names) - len(instances)}
+    return state(untils[0]), {name: state(until) for name, until in zip(names, untils[1:])}
+
+
+def _circuits() -> dict[str, Any]:
+    from messaging.sending import breaker
+
+    gateway, every = circuit_states()
+    instances = {name: state for name, state in every.items() if state["state"] != breaker.CLOSED}
+    return {"gateway": gateway, "instances": instances, "closed": len(every) - len(instances)}
 
 
 def _circuits_in_thread() -> dict[str, Any]:

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from callbacks import dashboard as callbacks_dashboard
 from ingestion.urls import urlpatterns as internal_urlpatterns
+from pilot_status import scrape
 
 urlpatterns = [
     path("v1/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
@@ -17,6 +18,8 @@ urlpatterns = [
     path("v1/", include("callbacks.api.urls")),
     # Evolution's webhook and the counters (ingestion/urls.py); the webhook pool serves only these.
     *internal_urlpatterns,
+    # allows GET /metrics: Prometheus's scrape, Authorization: Bearer <METRICS_TOKEN> (pilot_status/scrape.py)
+    path("metrics", scrape.scrape, name="metrics"),
     path("admin/", admin.site.urls),
     # Customer dashboard (Django auth; members of a project only)
     path(

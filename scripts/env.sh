@@ -61,19 +61,22 @@ _pilot_random() {
     head -c 48 /dev/urandom | base64 | tr -d '\n' | tr '+/' '-_'
 }
 
-# _pilot_dev_secrets: SECRET_KEY and INTERNAL_WEBHOOK_SECRET of this clone, drawn at random on first
-# use and kept in .state/dev-secrets (git-ignored, mode 600). No secret is written in the
-# repository: production mode refuses every value that ever was (pilot_status/production.py).
+# _pilot_dev_secrets: SECRET_KEY, INTERNAL_WEBHOOK_SECRET and METRICS_TOKEN of this clone, drawn at
+# random on first use and kept in .state/dev-secrets (git-ignored, mode 600). No secret is written in
+# the repository: production mode refuses every value that ever was (pilot_status/production.py).
 _pilot_dev_secrets() {
     local file="$_pilot_root/.state/dev-secrets" tmp
     if [ ! -e "$file" ]; then
         mkdir -p "$_pilot_root/.state"
         tmp=$(umask 077 && mktemp "$file.XXXXXX") || return 1
-        printf 'SECRET_KEY=%s\nINTERNAL_WEBHOOK_SECRET=%s\n' "$(_pilot_random)" "$(_pilot_random)" >"$tmp"
+        printf 'SECRET_KEY=%s\nINTERNAL_WEBHOOK_SECRET=%s\nMETRICS_TOKEN=%s\n' \
+            "$(_pilot_random)" "$(_pilot_random)" "$(_pilot_random)" >"$tmp"
         # Two first uses at once: ln fails for the second, and both read the first one's file.
         ln "$tmp" "$file" 2>/dev/null || true
         rm -f "$tmp"
     fi
+    # A clone whose file predates METRICS_TOKEN (issue 24) gets one added.
+    grep -q '^METRICS_TOKEN=' "$file" || printf 'METRICS_TOKEN=%s\n' "$(_pilot_random)" >>"$file"
     _pilot_load_dotenv "$file"
 }
 
@@ -130,6 +133,10 @@ _pilot_env() {
     # the first), so the consumer and the reconciler would otherwise forward to a port no one has.
     # seed_demo also registers this URL as the simulator's webhook.
     _pilot_default INTERNAL_WEBHOOK_URL "http://127.0.0.1:$WEBHOOK_PORT/api/internal/webhook"
+    # prometheus_client's multiprocess mode (pilot_status/observe.py): every process of `make run` writes its
+    # histograms here and a scrape of either pool merges them; `make run` empties it first. The tests leave
+    # it unset (each stack sets its own; the test process keeps its own registry).
+    [ "$test_mode" = 1 ] || _pilot_default PROMETHEUS_MULTIPROC_DIR "$_pilot_root/.state/prometheus"
     _pilot_default DEBUG "0"
     _pilot_default DJANGO_SETTINGS_MODULE "pilot_status.settings"
     _pilot_default PYTHONUNBUFFERED "1" # honcho shows log lines as they come
@@ -153,7 +160,7 @@ fi
 [ "${1:-}" = --test ] && shift
 if [ $# -eq 0 ]; then
     for _v in DATABASE_URL REDIS_URL CELERY_BROKER_URL EVOLUTION_API_URL EVOLUTION_API_KEY \
-        EVOLUTION_RABBITMQ_URL EVOLUTION_RABBITMQ_EXCHANGE INTERNAL_WEBHOOK_SECRET SECRET_KEY \
+        EVOLUTION_RABBITMQ_URL EVOLUTION_RABBITMQ_EXCHANGE INTERNAL_WEBHOOK_SECRET SECRET_KEY METRICS_TOKEN \
         PORT WEB_CONCURRENCY WEBHOOK_PORT INTERNAL_WEBHOOK_URL DEBUG ALLOWED_HOSTS \
         SECURE_SSL_REDIRECT SESSION_COOKIE_SECURE CSRF_COOKIE_SECURE SECURE_HSTS_SECONDS DJANGO_SETTINGS_MODULE; do
         printf '%s=%s\n' "$_v" "${!_v}"

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from pilot_status import jsonbody
+from pilot_status import jsonbody, observe
 from pilot_status.api import ClientApiView
 
 from .. import cursors, opt_ins, test_numbers, timeline
@@ -83,6 +85,16 @@ class SendMessageView(ClientApiView):
         responses=schema.responses(202, schema.AcceptedMessage, 400, 401, 403, 409, 413, 415, 422, 429),
     )
     def post(self, request: Request) -> HttpResponse:
+        return self._accept(request)
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        # The whole request as DRF handles it (authentication, throttling, errors), by answer code.
+        started = time.perf_counter()
+        response = super().dispatch(request, *args, **kwargs)
+        observe.observe(observe.ACCEPT, str(response.status_code), time.perf_counter() - started)
+        return response
+
+    def _accept(self, request: Request) -> HttpResponse:
         idempotency_key = _idempotency_key(request)
         request_hash = ""
         if idempotency_key is not None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import requests
 from django.conf import settings
+
+from pilot_status import observe
 
 from ..models import FailureReason
 from . import budget
@@ -173,6 +176,13 @@ def _parse(response: requests.Response) -> Any:
 
 
 def send_text(instance: str, to: str, text: str, delay_ms: int = 0) -> Outcome:
+    started = time.perf_counter()
+    outcome = _send_text(instance, to, text, delay_ms)
+    observe.observe(observe.GATEWAY_CALL, outcome.kind, time.perf_counter() - started)
+    return outcome
+
+
+def _send_text(instance: str, to: str, text: str, delay_ms: int) -> Outcome:
     url = f"{settings.EVOLUTION_API_URL}/message/sendText/{instance}"
     payload: dict[str, Any] = {"number": digits(to), "text": text, "linkPreview": False}
     if delay_ms:

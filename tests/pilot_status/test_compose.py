@@ -15,7 +15,7 @@ import yaml
 from pilot_status import production
 from tests.support.processes import ROOT
 
-REQUIRED = ("SECRET_KEY", "INTERNAL_WEBHOOK_SECRET", "POSTGRES_PASSWORD", "RABBITMQ_CELERY_PASSWORD",
+REQUIRED = ("SECRET_KEY", "INTERNAL_WEBHOOK_SECRET", "METRICS_TOKEN", "POSTGRES_PASSWORD", "RABBITMQ_CELERY_PASSWORD",
             "RABBITMQ_EVOLUTION_PASSWORD", "RABBITMQ_CONSUMER_PASSWORD", "ALLOWED_HOSTS")
 VARIABLE = re.compile(r"\$\$|\$\{([A-Z0-9_]+)(?:(:\?|:-)([^}]*))?\}")
 
@@ -90,6 +90,7 @@ def test_every_service_gets_the_production_secrets_from_the_environment():
             continue  # the infrastructure images
         env = service["environment"]
         assert env["SECRET_KEY"] == values["SECRET_KEY"] and env["INTERNAL_WEBHOOK_SECRET"] == values["INTERNAL_WEBHOOK_SECRET"]
+        assert env["METRICS_TOKEN"] == values["METRICS_TOKEN"], name
         assert env["ALLOWED_HOSTS"] == "pilot.example.com" and env["DEBUG"] == "0", name
         assert urlparse(env["DATABASE_URL"]).password == values["POSTGRES_PASSWORD"]
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == values["POSTGRES_PASSWORD"]

@@ -75,6 +75,7 @@ def test_nothing_outside_the_internal_endpoints_is_served(db, path):
         ("POST", "/api/internal/webhook", b'{"event": "x"}', "token"),  # 400 not_an_evolution_event
         ("POST", "/api/internal/webhook/messages-update", b"[]", "token"),  # the by-events form
         ("GET", "/api/internal/metrics", b"", {}),  # 401
+        ("GET", "/metrics", b"", {"HTTP_AUTHORIZATION": "Bearer wrong"}),  # 401: Prometheus's scrape, its own token
         ("GET", "/api/internal/nope", b"", {}),  # JSON 404
     ],
 )

@@ -32,7 +32,8 @@ def production_env(**overrides: str | None) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items()
            if name not in TRANSPORT and not name.endswith("_FILE")
            and name != "DJANGO_ALLOW_ASYNC_UNSAFE"}  # the browser tests' (tests/dashboard/conftest.py), never a deployment's
-    env.update(DEBUG="0", SECRET_KEY=strong(), INTERNAL_WEBHOOK_SECRET=strong(), ALLOWED_HOSTS="pilot.example.com",
+    env.update(DEBUG="0", SECRET_KEY=strong(), INTERNAL_WEBHOOK_SECRET=strong(), METRICS_TOKEN=strong(),
+               ALLOWED_HOSTS="pilot.example.com",
                SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https", DJANGO_SETTINGS_MODULE="pilot_status.settings")
     for name, value in overrides.items():
         if value is None:
@@ -82,6 +83,13 @@ def test_it_refuses_one_value_for_both_secrets():
     shared = strong()
     assert_refused(manage(production_env(SECRET_KEY=shared, INTERNAL_WEBHOOK_SECRET=shared), "check"),
                    "INTERNAL_WEBHOOK_SECRET")
+
+
+@pytest.mark.parametrize("same_as", ["SECRET_KEY", "INTERNAL_WEBHOOK_SECRET"])
+def test_it_refuses_a_metrics_token_that_is_one_of_the_secrets(same_as):
+    # Prometheus's configuration holds METRICS_TOKEN (issue 24): it must open the metrics and nothing else.
+    shared = strong()
+    assert_refused(manage(production_env(**{same_as: shared, "METRICS_TOKEN": shared}), "check"), "METRICS_TOKEN")
 
 
 @pytest.mark.parametrize("hosts", ["*", "pilot.example.com, *", "", None], ids=["star", "star-in-list", "empty", "missing"])
@@ -153,7 +161,7 @@ def test_gunicorn_stops_instead_of_respawning_failing_workers(workers):
 
 
 # Where a secret's value could be written: `NAME=value`, `NAME: value`, `"NAME": "value"`, `${NAME:-value}`.
-LITERAL = re.compile(r"\b(SECRET_KEY|INTERNAL_WEBHOOK_SECRET)[\"']?\s*(?::-|[:=])\s*[\"']?([^\s\"'}$(),%\\]+)")
+LITERAL = re.compile(r"\b(SECRET_KEY|INTERNAL_WEBHOOK_SECRET|METRICS_TOKEN)[\"']?\s*(?::-|[:=])\s*[\"']?([^\s\"'}$(),%\\]+)")
 
 
 def shipped_literals() -> list[tuple[str, str, str]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
@@ -147,6 +149,9 @@ class Stack:
                 # the ones to give up on a lock (and retry), never the flush (a deadlock otherwise).
                 "DATABASE_LOCK_TIMEOUT_MS": "300",
                 "PYTHONUNBUFFERED": "1",
+                # prometheus_client's multiprocess mode, as under `make run`: every process of this stack
+                # writes its histograms here, and /metrics on its web merges them (pilot_status/observe.py).
+                "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="ps-prometheus-"),
             }
         )
         self.web_workers = web_workers
@@ -297,3 +302,4 @@ class Stack:
     def stop(self) -> None:
         for process in self.processes.values():
             process.stop()
+        shutil.rmtree(self.env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
