@@ -69,8 +69,8 @@ COPY callbacks callbacks
 # served by WhiteNoise. Settings need these variables to load; the values exist only for this command
 # (DEBUG=1 so that production mode's secret checks do not apply to a throwaway key) and no process
 # ever runs with them: compose and every deployment supply their own.
-RUN DEBUG=1 SECRET_KEY=collectstatic-at-build-time-only-never-used-by-a-process \
-    INTERNAL_WEBHOOK_SECRET=collectstatic-at-build-time-only-never-used-by-a-process \
+RUN DEBUG=1 SECRET_KEY=insecure-collectstatic-at-build-time-only-never-used-by-a-process \
+    INTERNAL_WEBHOOK_SECRET=insecure-collectstatic-at-build-time-only-never-used-by-a-process \
     DATABASE_URL=postgres://build@127.0.0.1:5432/build REDIS_URL=redis://127.0.0.1:6379/0 \
     CELERY_BROKER_URL=amqp://build@127.0.0.1:5672/build \
     EVOLUTION_API_URL=http://127.0.0.1:8081 EVOLUTION_API_KEY=build \
