@@ -26,6 +26,10 @@ the OTP lane has none.
 - A task waits for its turn before it claims its message (sending.tasks), so a waiting thread holds no
   lease and no connection; after `TURN_MAX_WAIT_SECONDS` without one the task goes back to its queue.
 
+Off by default (GATEWAY_ADAPTIVE_LIMIT): a lane worker reserves as many tasks as it has threads, and the
+ones waiting for a turn go in arrival order, so a project's blast reserved first holds another project's
+marketing back (chaos R10: 5.1x). It can be on by default once the worker reserves no more than its limit.
+
 Per process: each lane process has its own limit and probe (more processes, more calls; the probe
 sees the queue they make together).
 """
