@@ -68,22 +68,27 @@ def test_an_endpoint_that_does_not_ask_for_the_type_gets_nothing(alice):
     assert not Delivery.objects.exists()
 
 
+def uncommitted_status_line(message):
+    """Another connection writes a status line for `message` (taking the next id) and does not commit yet:
+    returns that connection (to commit or close) and the line's id."""
+    late = psycopg.connect(database_url().replace("postgresql+psycopg", "postgresql"))
+    with late.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at) "
+            "VALUES (%s, 'STATUS', '', '{\"status\": \"SERVER_ACK\"}', now()) RETURNING id",
+            [message.pk],
+        )
+        return late, cursor.fetchone()[0]
+
+
 def test_a_row_committed_late_with_a_smaller_id_is_not_skipped(alice):
     endpoint = endpoint_for(alice)
     message = send(alice)
     derive.run()  # the cursor is past everything so far
 
     # given: another connection writes a status line (taking the next id) and does not commit yet
-    late = psycopg.connect(database_url().replace("postgresql+psycopg", "postgresql"))
+    late, late_id = uncommitted_status_line(message)
     try:
-        with late.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at) "
-                "VALUES (%s, 'STATUS', '', '{\"status\": \"SERVER_ACK\"}', now()) RETURNING id",
-                [message.pk],
-            )
-            late_id = cursor.fetchone()[0]
-
         # when: a later line commits first and a pass runs, then the late one commits and a pass runs
         assert message.advance("SENT")
         derive.run()
@@ -240,15 +245,8 @@ def test_a_late_line_is_not_skipped_while_a_pass_reads_ahead_of_it(alice, monkey
     derive.run()
 
     # given: an uncommitted status line, then seven committed ones after it (four reads of two)
-    late = psycopg.connect(database_url().replace("postgresql+psycopg", "postgresql"))
+    late, late_id = uncommitted_status_line(message)
     try:
-        with late.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at) "
-                "VALUES (%s, 'STATUS', '', '{\"status\": \"SERVER_ACK\"}', now()) RETURNING id",
-                [message.pk],
-            )
-            late_id = cursor.fetchone()[0]
         after = status_lines(message, 7)
 
         # when: a pass runs while it is open: it reads ahead, and its position waits before the late line
