@@ -300,13 +300,16 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
             held += 1  # more may be waiting beyond what we looked at
         if not chosen:
             return Release(0, held, clock.phases)
+        # Stamped and recorded before the publish, in the same transaction: the message rows stay locked
+        # until the commit, so a worker's claim waits for it and no DISPATCHED line can follow the lines
+        # of an attempt that answered at once (a nack or a timeout still rolls all of it back).
+        with connection.cursor() as cursor:
+            cursor.execute(_RELEASED, {"ids": [c.pk for c in chosen], "now": now, "kind": EventKind.DISPATCHED,
+                                       "detail": json.dumps({"lane": lane})})
         if lane == otp_window.OTP_LANE:
             otp_window.open_window()
         lane_publisher().publish(lane, (candidate.message_id for candidate in chosen))
         clock.mark("publish")
-        with connection.cursor() as cursor:
-            cursor.execute(_RELEASED, {"ids": [c.pk for c in chosen], "now": now, "kind": EventKind.DISPATCHED,
-                                       "detail": json.dumps({"lane": lane})})
     clock.mark("commit")
     turn_order.released(lane, chosen)  # committed: these projects have had their turn
     return Release(len(chosen), held, clock.phases)
