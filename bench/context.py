@@ -12,10 +12,8 @@ from .procstats import CpuMeter, server_roots
 from .sizes import Sizes
 from .world import Simulator, World, empty_tables, register_all
 
-# Queues a scenario may leave work in: the lanes, the callbacks (B3) and our side of Evolution's RabbitMQ channel.
-PURGED_QUEUES = (*LANES, "maintenance", "sync", "bulk", "callbacks", "pilot_status.evolution.ingest",
-                 "pilot_status.evolution.retry.5s", "pilot_status.evolution.retry.30s",
-                 "pilot_status.evolution.retry.180s")
+# Queues a scenario may leave work in, on the Celery broker: the lanes and the callbacks (B3).
+PURGED_QUEUES = (*LANES, "maintenance", "sync", "bulk", "callbacks")
 
 
 @dataclass
@@ -56,16 +54,31 @@ class Context:
 
 
 def purge_queues() -> None:
+    """The Celery queues, then our side of Evolution's RabbitMQ channel, which lives on its own vhost
+    (EVOLUTION_RABBITMQ_URL): a busy run leaves thousands of receipts there that the next run's consumer
+    would otherwise work through first."""
+    from django.conf import settings
+    from kombu import Connection
+
     from bench.celery_app import app
+    from ingestion.consumer import topology
 
     with app.connection_for_write() as conn:
-        for queue in PURGED_QUEUES:
-            try:
-                conn.default_channel.queue_purge(queue)
-            except Exception:
-                # Not declared yet (or declared with other arguments): nothing to purge; reopen the channel.
-                conn.close()
-                conn.connect()
+        _purge(conn, PURGED_QUEUES)
+    if settings.EVOLUTION_RABBITMQ_URL:
+        ours = topology()
+        with Connection(settings.EVOLUTION_RABBITMQ_URL) as conn:
+            _purge(conn, tuple(str(q.name) for q in (ours.work, *ours.retries)))
+
+
+def _purge(conn: Any, queues: tuple[str, ...]) -> None:
+    for queue in queues:
+        try:
+            conn.default_channel.queue_purge(queue)
+        except Exception:
+            # Not declared yet (or declared with other arguments): nothing to purge; reopen the channel.
+            conn.close()
+            conn.connect()
 
 
 # Database errors seen while polling (Postgres restarted by someone else's test on a shared machine).

@@ -58,14 +58,16 @@ def latencies(ctx: Context, ids: list[str]) -> dict[str, Any]:
     times = [rows[uuid.UUID(i)] for i in ids]  # in stream order
     values = [(sent - created).total_seconds() * 1000 if sent else float("inf") for created, _, sent in times]
     slowest = sorted(range(len(values)), key=lambda n: -values[n])[:3]
+    parts = split(rows)
     return {"count": len(values), "all_sent": met, "p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99),
-            "max_ms": max(values, default=float("nan")), "segments": segments(rows),
-            # (position in the stream, ms): shows whether the tail is the cold start or spread out
-            "slowest": [(n, round(values[n])) for n in slowest]}
+            "max_ms": max(values, default=float("nan")), "segments": segments(parts),
+            # (position in the stream, ms, its relay/pickup/http ms): whether the tail is the cold start or spread
+            # out, and where it waited
+            "slowest": [(n, round(values[n]), [round(v) for v in parts.get(uuid.UUID(ids[n]), ())]) for n in slowest]}
 
 
-def segments(rows: dict[Any, tuple[Any, Any, Any]]) -> dict[str, dict[str, float]]:
-    """Where an OTP's time goes: accept → released by the relay (`relay`) → picked up, claimed and routed by a
+def split(rows: dict[Any, tuple[Any, Any, Any]]) -> dict[Any, tuple[float, float, float]]:
+    """Where each OTP's time goes: accept → released by the relay (`relay`) → picked up, claimed and routed by a
     lane worker (`pickup`) → Evolution's answer (`http`, the call's own time, carried by the ATTEMPT line,
     which is stamped when the answer is back, just before sent_at). `rows`: id → (created, dispatched, sent)."""
     from messaging.models import EventKind, MessageEvent
@@ -75,16 +77,22 @@ def segments(rows: dict[Any, tuple[Any, Any, Any]]) -> dict[str, dict[str, float
         for message_id, created, detail in MessageEvent.objects.filter(message_id__in=list(rows), kind=EventKind.ATTEMPT)
         .values_list("message_id", "created_at", "detail")
     }
-    parts: dict[str, list[float]] = {"relay": [], "pickup": [], "http": []}
+    parts: dict[Any, tuple[float, float, float]] = {}
     for message_id, (created, dispatched, _) in rows.items():
         if message_id not in attempts or dispatched is None:
             continue
         answered, detail = attempts[message_id]
         http = float(detail.get("elapsedMs") or 0)
-        parts["relay"].append((dispatched - created).total_seconds() * 1000)
-        parts["pickup"].append((answered - dispatched).total_seconds() * 1000 - http)
-        parts["http"].append(http)
-    return {name: {"p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99)} for name, values in parts.items()}
+        parts[message_id] = ((dispatched - created).total_seconds() * 1000,
+                             (answered - dispatched).total_seconds() * 1000 - http, http)
+    return parts
+
+
+def segments(parts: dict[Any, tuple[float, float, float]]) -> dict[str, dict[str, float]]:
+    """p50 and p99 of each segment of `split`."""
+    columns = list(zip(*parts.values())) or [(), (), ()]
+    return {name: {"p50_ms": percentile(list(values), 50), "p99_ms": percentile(list(values), 99)}
+            for name, values in zip(("relay", "pickup", "http"), columns)}
 
 
 def _segments_text(result: dict[str, Any]) -> str:
