@@ -26,9 +26,11 @@ the OTP lane has none.
 - A task waits for its turn before it claims its message (sending.tasks), so a waiting thread holds no
   lease and no connection; after `TURN_MAX_WAIT_SECONDS` without one the task goes back to its queue.
 
-Off by default (GATEWAY_ADAPTIVE_LIMIT): a lane worker reserves as many tasks as it has threads, and the
-ones waiting for a turn go in arrival order, so a project's blast reserved first holds another project's
-marketing back (chaos R10: 5.1x). It can be on by default once the worker reserves no more than its limit.
+The lane worker reserves no more tasks than its limit (`PrefetchFollower`, started by a worker bootstep in
+pilot_status.celery): a worker reserving as many tasks as it has threads kept hundreds waiting for turns in
+arrival order, so a project's blast reserved first held another project's marketing back (chaos R10: C's wait
+5.1x its wait alone). With the prefetch at the limit, what waits stays in the outbox, where the relay's
+fairness decides (R10: 1.15x).
 
 Per process: each lane process has its own limit and probe (more processes, more calls; the probe
 sees the queue they make together).
@@ -40,6 +42,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import requests
 from django.conf import settings
@@ -92,6 +95,8 @@ class AdaptiveLimit:
         # every probe meanwhile took a lane from 180 sends to 1 in two seconds (bench B8).
         self._ended = 0
         self._cut_allowed_at = 0
+        # Told every new whole limit (PrefetchFollower.follow), under the limit's lock.
+        self.on_change: Callable[[int], None] | None = None
 
     def acquire(self, timeout: float) -> bool:
         """Wait for a place among the calls in flight; False after `timeout` seconds without one."""
@@ -145,7 +150,41 @@ class AdaptiveLimit:
             self._filled = self.in_flight >= int(self.limit)
             if int(self.limit) > int(before):
                 self._changed.notify_all()
+            if int(self.limit) != int(before) and self.on_change is not None:
+                self.on_change(int(self.limit))
             return self.limit
+
+
+class PrefetchFollower:
+    """Keeps a Celery consumer's prefetch (its `kombu.common.QoS`) at the limit, between 1 and `ceiling`
+    (the worker's threads): the worker then reserves only the tasks it may start now. The QoS is changed
+    "eventually", the thread-safe way Celery's autoscaler uses: the consumer's loop sends the new
+    basic.qos; the tasks already reserved stay, and RabbitMQ sends no more until fewer are unacknowledged.
+    Changes go by difference, since the consumer also moves the prefetch for the tasks it holds with an ETA."""
+
+    def __init__(self, qos: Any, ceiling: int) -> None:
+        self.qos, self.ceiling = qos, max(1, ceiling)
+        self.current = int(qos.value)  # what the consumer (re)started with
+
+    def follow(self, limit: int) -> None:
+        target = max(1, min(self.ceiling, limit))
+        change, self.current = target - self.current, target
+        if change > 0:
+            self.qos.increment_eventually(change)
+        elif change < 0:
+            self.qos.decrement_eventually(-change)
+
+
+def follow_with_prefetch(lane: str, qos: Any, ceiling: int) -> AdaptiveLimit | None:
+    """Called once by the lane worker's consumer when it starts: this lane's limit, with the worker's
+    prefetch set to it from now on (None, prefetch untouched, for the OTP lane or with the limit off)."""
+    limit = for_lane(lane)
+    if limit is not None:
+        follower = PrefetchFollower(qos, ceiling)
+        with limit._changed:
+            follower.follow(int(limit.limit))
+            limit.on_change = follower.follow
+    return limit
 
 
 def probe_step(limit: AdaptiveLimit, probe: Callable[[], float | None],

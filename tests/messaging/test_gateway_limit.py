@@ -10,9 +10,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from kombu.common import QoS
 
 from messaging.sending import gateway_limit
-from messaging.sending.gateway_limit import AdaptiveLimit, next_limit
+from messaging.sending.gateway_limit import AdaptiveLimit, PrefetchFollower, next_limit
 
 
 class Clock:
@@ -72,6 +73,35 @@ def test_a_grown_limit_wakes_the_waiting_threads() -> None:
     assert limit.observe(0.001) == 2.1  # nothing queued, the limit was filled: it grows
     waiter.join(5)
     assert admitted == [True]
+
+
+def test_the_workers_prefetch_follows_the_whole_limit_between_one_and_its_threads() -> None:
+    # given: a consumer's QoS as Celery's Tasks step makes it (384 threads × 1), and a limit of 4
+    sent: list[int] = []
+    qos = QoS(lambda prefetch_count: sent.append(prefetch_count), 384)
+    limit = AdaptiveLimit(4, 1, 1024, 0.01)
+    follower = PrefetchFollower(qos, 384)
+    follower.follow(int(limit.limit))
+    limit.on_change = follower.follow
+    assert qos.update() == 4 and sent == [4]  # the consumer's loop applies it
+
+    # when: the limit grows (filled, nothing queued), then is cut
+    limit._filled = True  # noqa: SLF001 - the lane filled it
+    limit.observe(0.0)  # 4 → 5.4
+    assert qos.value == 5
+    limit.observe(1.0)  # 5.4 → 4.05: a fractional change below a whole one moves nothing
+    assert qos.value == 4
+
+    # then: an ETA task's hold (the consumer's own increment) is kept across a change
+    qos.increment_eventually(1)
+    limit._filled = True  # noqa: SLF001
+    limit.observe(0.0)  # 4.05 → 5.455
+    assert qos.value == 6
+    # and the prefetch stays within 1 and the threads whatever the limit says
+    follower.follow(5000)
+    assert qos.value == 385
+    follower.follow(0)
+    assert qos.value == 1 + 1  # 1, plus the ETA task's hold
 
 
 def test_the_base_is_measured_with_new_calls_held_then_lowered_by_any_quicker_probe() -> None:
