@@ -192,10 +192,13 @@ def run(ctx: Context) -> dict[str, Any]:
     ctx.fresh()
     idle_p99 = Spread.of([r["p99_ms"] for r in idle])
     busy_p99 = Spread.of([r["p99_ms"] for r in busy])
-    ratio = busy_p99.median / idle_p99.median if idle_p99.median else float("nan")
-    # Every run's OTPs together: a p99 on hundreds of samples instead of the second slowest of one run's.
+    # The figure: the p99 of every run's OTPs together, hundreds of samples, where one run's p99 is its second or
+    # third slowest OTP. This host's disk alone stalls an fsync for 0.2-0.4 s about once a thousand times, idle
+    # (an OTP commits four times), so one run's p99 is whichever run met a stall; the median of the runs' p99s
+    # (`ratio_of_run_p99s`) is kept beside it.
     pooled = {phase: percentile([v for r in runs for v in r["values_ms"]], 99) for phase, runs in (("idle", idle), ("busy", busy))}
-    pooled["ratio"] = pooled["busy"] / pooled["idle"] if pooled["idle"] else float("nan")
+    ratio = pooled["busy"] / pooled["idle"] if pooled["idle"] else float("nan")
+    ratio_of_run_p99s = busy_p99.median / idle_p99.median if idle_p99.median else float("nan")
     return {
         "backlog": sizes.b3_backlog, "otps": sizes.b3_otps, "otp_rate": sizes.b3_otp_rate,
         "warmup_otps": sizes.b3_warmup_otps,
@@ -204,10 +207,11 @@ def run(ctx: Context) -> dict[str, Any]:
                         "runs": busy},
         "ratio": ratio,
         "pooled_p99_ms": pooled,
+        "ratio_of_run_p99s": ratio_of_run_p99s,
         "callbacks": bool(sizes.b3_callbacks),
         "callbacks_delivered": {"idle": [r.get("callbacks", {}).get("delivered", 0) for r in idle],
                                 "backlog_run": [r.get("callbacks", {}).get("delivered", 0) for r in busy]},
         "target": {"ratio": 1.5, "p99_ms": 250},
-        "met": ratio <= 1.5 and busy_p99.median <= 250 and all(r["all_sent"] for r in busy + idle),
+        "met": ratio <= 1.5 and pooled["busy"] <= 250 and all(r["all_sent"] for r in busy + idle),
         "cpu": cpu_summary(meter),
     }
