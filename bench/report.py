@@ -398,11 +398,26 @@ def _appendix_b7(b7: dict[str, Any], results: dict[str, Any]) -> list[str]:
     out.append("")
     if b7["runs"]:
         first = b7["runs"][0]
+        got, ceiling = callbacks_core(first)
+        out += [f"In run 1 the callbacks worker had {num(100 * got)} % of one core (its CPU seconds over the drain's "
+                f"wall time); at its CPU per delivery one core would deliver about {num(ceiling)}/s (one process: "
+                "Python's GIL keeps its threads to one core). A rate well under that was held back by the machine, "
+                "not by the callbacks path.", ""]
         out += _per_unit_table("CPU milliseconds per unit of work in run 1 (all cores): one trivial task against one "
                                "callback delivery (derived, released, claimed, signed, posted, recorded).",
                                {"per trivial task": first["cpu_ms_per_task"],
                                 "per delivery": first["cpu_ms_per_delivery"]})
     return out
+
+
+def callbacks_core(run: dict[str, Any]) -> tuple[float, float]:
+    """A B7 run's callbacks worker: the share of one core it had during the drain, and the deliveries per second
+    one core would make at its CPU per delivery (NaN when not measured)."""
+    wall = run.get("cpu", {}).get("wall_s") or 0
+    seconds = run.get("cpu_s", {}).get("callbacks")
+    per_ms = run.get("cpu_ms_per_delivery", {}).get("callbacks")
+    got = seconds / wall if seconds is not None and wall else math.nan
+    return got, (1000 / per_ms if per_ms else math.nan)
 
 
 def _appendix_b8(b8: dict[str, Any], results: dict[str, Any]) -> list[str]:

@@ -33,6 +33,7 @@ STEADY_TRIM = 0.1
 # After the pipeline's last READ, before the first tick: the slower channel's copies of the last receipts are
 # still being handled (and skipped); let them pass so that the meter holds the callbacks' work, not theirs.
 QUIET_SECONDS = 3.0
+ATTEMPTS_SETTLE_SECONDS = 5.0
 
 
 def rates(arrivals: list[float], started: float, trim: float = STEADY_TRIM) -> dict[str, float]:
@@ -117,6 +118,9 @@ def one_run(ctx: Context, receiver: Receiver) -> dict[str, Any]:
         time.sleep(QUIET_SECONDS)
         owed = status_changes(project)
         result = drain(ctx, receiver, owed)
+        # The worker records an attempt just after the receiver has answered: the last few are written a
+        # moment after the last arrival (not measured; a few seconds at most).
+        wait_for(lambda: written(endpoint)["attempts"] >= result["received"], ATTEMPTS_SETTLE_SECONDS, 0.2)
         result["deliveries"] = written(endpoint)
     result.update(baseline_tasks_per_s=tasks_per_s, cpu_ms_per_task=per_unit(base_cpu, count),
                   messages=count, all_read=piped["all_read"], read=piped["read"], failed=piped["failed"])
