@@ -27,7 +27,7 @@ from .launcher import STARTED
 from .launcher import priorities as launcher_priorities
 from .sizes import resolve
 
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -62,7 +62,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def setup_django(database_url: str) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     os.environ["DATABASE_URL"] = database_url
-    # B3 registers an endpoint on loopback (bench.callbacks_on); the stack's processes get the same (launcher).
+    # B3 and B7 register an endpoint on loopback (bench.callbacks_on); the stack's processes get the same (launcher).
     os.environ["CALLBACKS_ALLOW_PRIVATE_ADDRESSES"] = "true"
     import django
 
@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import machine, report
     from .context import DISTURBANCES, Context
-    from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness, b8_slow_gateway
+    from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness, b7_callbacks
+    from .scenarios import b8_slow_gateway
     from .world import Simulator
 
     world = build_world(fleet=sizes.fleet)
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             "B4": lambda: b4_outage.run(ctx),
             "B5": lambda: b5_ingestion.run(ctx),
             "B6": lambda: b6_fairness.run(ctx),
+            "B7": lambda: b7_callbacks.run(ctx),
             "B8": lambda: b8_slow_gateway.run(ctx),
         }
         for name in SCENARIOS:

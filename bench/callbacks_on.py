@@ -1,14 +1,16 @@
 """Callbacks on for every message of a project while a scenario runs (B3; issue 23: "callbacks must never
-slow an OTP").
+slow an OTP"), or for a backlog of status changes drained at once (B7: deliveries per second).
 
 - `Receiver`: a threaded HTTP server on loopback in the bench process that answers 200 to every POST at
-  once and counts them; it checks the Standard Webhooks signature of the first and then every
+  once and counts them (with each one's arrival time and its `webhook-id`, so that a copy delivered twice is
+  counted apart); it checks the Standard Webhooks signature of the first and then every
   SIGNATURE_SAMPLE-th one with the endpoint's secret (checking all would only load the bench's own process).
 - `callbacks_on(project, receiver)`: registers a `message.status` endpoint for the project pointing at the
   receiver (through callbacks.endpoints, as the API does) and, since the bench runs no beat, publishes the
   `callbacks.relay` task to the `callbacks` queue every CALLBACKS_RELAY_SECONDS, as beat's entry does
-  (with the same expiry: a tick that waited a whole period is dropped). On exit it stops the ticks and
-  disables the endpoint, so nothing more is delivered.
+  (with the same expiry: a tick that waited a whole period is dropped). With `relay=False` the caller starts
+  the ticks itself (`RelayTicker`), so that the deliveries owed pile up first (B7). On exit it stops the
+  ticks and disables the endpoint, so nothing more is delivered.
 
 ctx.fresh() empties the callbacks tables too (bench.world.SCENARIO_TABLES), so each run registers its own
 and every other scenario runs without an endpoint, as before.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +37,7 @@ class Tally:
     received: int = 0
     verified: int = 0
     bad_signatures: int = 0
+    duplicates: int = 0  # a `webhook-id` received before (a retry or a second task of one delivery)
     # message id → callbacks received for it (which of the measured OTPs got theirs)
     by_message: dict[str, int] = field(default_factory=dict)
 
@@ -43,6 +47,8 @@ class Receiver:
         self._lock = threading.Lock()
         self.secret = ""
         self.tally = Tally()
+        self._arrivals: list[float] = []  # time.time() of each POST, in arrival order
+        self._webhook_ids: set[str] = set()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/bench/callbacks"
@@ -54,10 +60,18 @@ class Receiver:
         with self._lock:
             self.secret = secret
             self.tally = Tally()
+            self._arrivals = []
+            self._webhook_ids = set()
 
     def snapshot(self) -> Tally:
         with self._lock:
-            return Tally(self.tally.received, self.tally.verified, self.tally.bad_signatures, dict(self.tally.by_message))
+            return Tally(self.tally.received, self.tally.verified, self.tally.bad_signatures, self.tally.duplicates,
+                         dict(self.tally.by_message))
+
+    def arrivals(self) -> list[float]:
+        """When each callback arrived (epoch seconds), in arrival order."""
+        with self._lock:
+            return list(self._arrivals)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -76,8 +90,14 @@ class Receiver:
         return Handler
 
     def _count(self, body: bytes, headers: dict[str, str]) -> None:
+        arrived = time.time()
+        webhook_id = headers.get("webhook-id", "")
         with self._lock:
             self.tally.received += 1
+            self._arrivals.append(arrived)
+            if webhook_id in self._webhook_ids:
+                self.tally.duplicates += 1
+            self._webhook_ids.add(webhook_id)
             n, secret = self.tally.received, self.secret
         check = n == 1 or n % SIGNATURE_SAMPLE == 0
         verified = bad = 0
@@ -129,20 +149,22 @@ class RelayTicker:
 
 
 @contextmanager
-def callbacks_on(project: Any, receiver: Receiver) -> Iterator[Any]:
-    """A `message.status` endpoint of `project` at `receiver`, and the relay pass ticking, for the block."""
+def callbacks_on(project: Any, receiver: Receiver, relay: bool = True, description: str = "bench B3") -> Iterator[Any]:
+    """A `message.status` endpoint of `project` at `receiver`, and (unless `relay` is False: the caller starts
+    a RelayTicker when it wants the deliveries to go) the relay pass ticking, for the block."""
     from django.conf import settings
 
     from callbacks import endpoints
     from callbacks.models import EventType
 
-    endpoint = endpoints.create(project, receiver.url, [EventType.MESSAGE_STATUS.value], description="bench B3")
+    endpoint = endpoints.create(project, receiver.url, [EventType.MESSAGE_STATUS.value], description=description)
     receiver.reset(endpoint.secret)
-    ticker = RelayTicker(float(settings.CALLBACKS_RELAY_SECONDS)).start()
+    ticker = RelayTicker(float(settings.CALLBACKS_RELAY_SECONDS)).start() if relay else None
     try:
         yield endpoint
     finally:
-        ticker.stop()
+        if ticker is not None:
+            ticker.stop()
         # Disabled, not deleted: a delivery still in flight writes its attempt row, which a delete that
         # cascades at the same moment would collide with. ctx.fresh() empties the table before the next run.
         endpoints.update(endpoint, {"enabled": False})

@@ -14,7 +14,7 @@ import re
 from typing import Any, Callable
 
 # The order of the summary and of the appendix.
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
 
 # What each scenario judges of the stack's set-up, in a clause, and the section of bench/findings.md that says why.
 WHY: dict[str, tuple[tuple[str, str], ...]] = {
@@ -143,6 +143,16 @@ def _row_b6(b6: dict[str, Any]) -> list[str]:
             f"| {num(b6['ratio'], 2) + '×' if not behind['timed_out'] else '∞'} | ≤ 2× | {status(b6['met'])} |"]
 
 
+def _row_b7(b7: dict[str, Any]) -> list[str]:
+    per = (b7["runs"][0]["cpu_ms_per_delivery"] if b7["runs"] else {}) or {}
+    return [f"| B7 | {spread(b7['deliveries_per_s'])} callback deliveries/s (steady window; first to last "
+            f"{spread(b7['first_to_last_per_s'])}/s) from the status changes of {b7['messages']:,} messages; CPU per "
+            f"delivery: callbacks worker {num(per.get('callbacks'), 2)} ms, machine {num(per.get('machine'), 2)} ms; "
+            f"all delivered, signatures OK: {'yes' if b7['all_delivered'] else 'NO'} "
+            f"| trivial tasks {spread(b7['baseline_tasks_per_s'])} /s | {num(b7['ratio'], 2)}× "
+            "| none stated (issue 23, spec) | report only |"]
+
+
 def _b8_bar(b8: dict[str, Any]) -> tuple[float, str]:
     """What B8's throughput is judged against: the caps, or the measured CPU ceiling where lower."""
     caps = b8["runs"][0]["pacing_caps_per_s"] if b8["runs"] else float("nan")
@@ -177,7 +187,8 @@ def _row_m(b2: dict[str, Any]) -> list[str]:
 
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
-    "B1": _row_b1, "B2": _row_b2, "B3": _row_b3, "B4": _row_b4, "B5": _row_b5, "B6": _row_b6, "B8": _row_b8,
+    "B1": _row_b1, "B2": _row_b2, "B3": _row_b3, "B4": _row_b4, "B5": _row_b5, "B6": _row_b6, "B7": _row_b7,
+    "B8": _row_b8,
 }
 
 
@@ -362,6 +373,53 @@ def _appendix_b6(b6: dict[str, Any], results: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def _appendix_b7(b7: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    trim = 100 * b7.get("steady_trim", 0.1)
+    out = [f"Each run: the trivial-task baseline (B2's), then {b7['messages']:,} messages through B2's pipeline (bulk "
+           "accept, a third per lane, over A's fleet) to all READ with a `message.status` endpoint of A registered at a "
+           "receiver in the bench process (200 at once; the first and every 25th signature checked) while the callbacks "
+           "relay pass is held back; then the relay pass ticks every `CALLBACKS_RELAY_SECONDS`, as beat does, and the "
+           "deliveries owed (one per status line) drain through the callbacks worker "
+           f"({b7.get('callbacks_worker_threads', '?')} threads). Rate at the receiver: the steady window leaves out the "
+           f"first and last {trim:.0f} % of the arrivals (the first pass's ramp, the tail); from the first tick includes "
+           "the first derivation. A relay pass hands out at most "
+           f"{num(b7.get('release_ceiling_per_s'))} deliveries per second (`RELEASE_BATCH` a pass, one pass a tick): "
+           "about the path's own ceiling. CPU from the first tick to the last arrival, servers included; the receiver is in "
+           "the bench process (in `machine` only). No target is stated for B7: reported, not judged.", "",
+           "| run | trivial tasks/s | deliveries/s steady | first to last | from first tick | received / owed / written "
+           "| attempts (failed) | duplicates | signatures checked (bad) | relay ticks |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(b7["runs"]):
+        d, rt = r["deliveries"], r["rates"]
+        out.append(f"| {i + 1} | {num(r['baseline_tasks_per_s'])} | {num(rt['steady'])} | {num(rt['first_to_last'])} "
+                   f"| {num(rt['from_start'])} | {r['received']:,} / {r['owed']:,} / {d['written']:,} "
+                   f"| {d['attempts']:,} ({d['failed_attempts']}) | {r['duplicates']} "
+                   f"| {r['signatures_checked']} ({r['bad_signatures']}) | {r['relay_ticks']} |")
+    out.append("")
+    if b7["runs"]:
+        first = b7["runs"][0]
+        got, ceiling = callbacks_core(first)
+        out += [f"In run 1 the callbacks worker had {num(100 * got)} % of one core (its CPU seconds over the drain's "
+                f"wall time); at its CPU per delivery one core would deliver about {num(ceiling)}/s (one process: "
+                "Python's GIL keeps its threads to one core). A rate well under that was held back by the machine, "
+                "not by the callbacks path.", ""]
+        out += _per_unit_table("CPU milliseconds per unit of work in run 1 (all cores): one trivial task against one "
+                               "callback delivery (derived, released, claimed, signed, posted, recorded).",
+                               {"per trivial task": first["cpu_ms_per_task"],
+                                "per delivery": first["cpu_ms_per_delivery"]})
+    return out
+
+
+def callbacks_core(run: dict[str, Any]) -> tuple[float, float]:
+    """A B7 run's callbacks worker: the share of one core it had during the drain, and the deliveries per second
+    one core would make at its CPU per delivery (NaN when not measured)."""
+    wall = run.get("cpu", {}).get("wall_s") or 0
+    seconds = run.get("cpu_s", {}).get("callbacks")
+    per_ms = run.get("cpu_ms_per_delivery", {}).get("callbacks")
+    got = seconds / wall if seconds is not None and wall else math.nan
+    return got, (1000 / per_ms if per_ms else math.nan)
+
+
 def _appendix_b8(b8: dict[str, Any], results: dict[str, Any]) -> list[str]:
     typing_s = b8["text_chars"] * int(b8["typing"]["TYPING_DELAY_MS_PER_CHAR"]) / 1000
     out = [f"{b8['messages']:,} UTILITY messages ({b8['text_chars']} characters: about {typing_s:.1f} s of typing) "
@@ -401,6 +459,7 @@ APPENDIX: dict[str, tuple[str, Callable[[dict[str, Any], dict[str, Any]], list[s
     "B4": ("B4 gateway outage", _appendix_b4),
     "B5": ("B5 dual ingestion", _appendix_b5),
     "B6": ("B6 fairness in the marketing lane", _appendix_b6),
+    "B7": ("B7 callback deliveries", _appendix_b7),
     "B8": ("B8 a slow gateway, typing on: the lane workers' pools side by side", _appendix_b8),
 }
 
@@ -500,7 +559,7 @@ def header(results: dict[str, Any]) -> list[str]:
         f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run "
         f"{num(results.get('elapsed_s'))} s",
         f"- Runs per figure: {sizes['runs']} (B1: {sizes.get('b1_runs', sizes['runs'])}, B2: {sizes['b2_runs']}, "
-        f"B5: {sizes['b5_runs']}, B4: 1); figures are the median with (min–max).",
+        f"B5: {sizes['b5_runs']}, B7: {sizes.get('b7_runs', '–')}, B4: 1); figures are the median with (min–max).",
         "- How to run: `make bench` (every scenario, about 15 minutes; nothing else should run meanwhile), "
         "`make bench ARGS=\"--only B1,B3\"` for a subset, `--set name=value` or `BENCH_<NAME>` for a size "
         "(bench/sizes.py). The raw results go to artifacts/bench/results.json; "

@@ -39,6 +39,9 @@ class Sizes:
     b6_b_messages: int = 500
     b6_delay_seconds: float = 2.0   # how much "later" project B queues
     b6_timeout: float = 60.0        # B's wait is reported as "> timeout" past this
+    # Messages whose status changes (about three callbacks each: SENT, DELIVERED, READ) are delivered from a backlog.
+    b7_messages: int = 2_000
+    b7_runs: int = 2
     b8_messages: int = 5_000        # UTILITY messages queued over b8_instances (more than a window can send)
     b8_instances: int = 5
     b8_seconds: float = 30.0        # the measured window of each run (the old pool would take hours for 5,000 at 3 s)
@@ -53,7 +56,7 @@ SMOKE = Sizes(
     runs=1, b1_runs=1, fleet=3, b4_instances=2, b6_runs=1, b1_seconds=2, b1_connections=4, b2_messages=20, b2_runs=1, b3_backlog=20, b3_otps=5, b3_warmup_otps=2,
     b3_otp_rate=20, b4_messages=20, b4_outage_seconds=2, b4_drain_timeout=60, b5_events=20, b5_runs=1,
     b6_backlog=20, b6_b_messages=5, b6_delay_seconds=0.2, b6_timeout=30, wait_timeout=60, profile_seconds=0,
-    b8_messages=200, b8_seconds=10, b8_latencies="1", b8_otp_rate=4,
+    b7_messages=20, b7_runs=1, b8_messages=200, b8_seconds=10, b8_latencies="1", b8_otp_rate=4,
 )
 
 

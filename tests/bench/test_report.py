@@ -1,7 +1,8 @@
 """docs/benchmarks.md as bench.report renders it: one summary table, then one appendix section per scenario measured.
 
 The recorded JSONs: the full `make bench` at 31e23a4 (B1–B6 and profiles, no B8, no ablation), the figures that
-docs/benchmarks.md shows, and a smoke run of every scenario (B8 too); nothing here starts a stack.
+docs/benchmarks.md shows, a smoke run of every scenario (B8 too, before B7 existed), and `--only B7` at 3dd203c (1,000
+messages, one run, on a machine loaded by other work); nothing here starts a stack.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ def test_a_recorded_run_renders_one_summary_table_and_one_appendix_section_per_s
     assert _headings(text, "#") == ["Benchmarks"]
     assert _headings(text, "##") == ["Summary", "Appendix"]
     assert text.count("| id | figure (median, min–max) | baseline, same run | ratio | target | status |") == 1
-    # one summary row per scenario in order (M with B2), and B8, absent from this run, said so
-    assert _summary_rows(text) == ["id", "B1", "B2", "M", "B3", "B4", "B5", "B6", "B8"]
+    # one summary row per scenario in order (M with B2), and B7 and B8, absent from this run, said so
+    assert _summary_rows(text) == ["id", "B1", "B2", "M", "B3", "B4", "B5", "B6", "B7", "B8"]
+    assert "| B7 | not measured in this run |" in text
     assert "| B8 | not measured in this run |" in text
     # one appendix section per scenario present, in the same order, none for B8
     sections = [title.split()[0] for title in _headings(text, "###")]
@@ -58,7 +60,7 @@ def test_a_recorded_run_renders_one_summary_table_and_one_appendix_section_per_s
     assert "make bench" in text and "--report-only" in text
 
 
-@pytest.mark.parametrize("recording", ["results-31e23a4.json", "smoke.json"])
+@pytest.mark.parametrize("recording", ["results-31e23a4.json", "smoke.json", "b7-3dd203c.json"])
 def test_each_scenario_in_a_recording_has_its_summary_row_and_its_appendix_section(recording: str) -> None:
     # given: the full run at 31e23a4 (B1-B6, profiles), and a smoke run of every scenario (B8 too, no profiles)
     results = json.loads((RECORDED.parent / recording).read_text())
@@ -131,3 +133,18 @@ def test_without_bench_ablation_the_ablation_is_left_out(results: dict[str, Any]
 
     assert "Ablation" not in text
     assert [title.split()[0] for title in _headings(text, "###")][-1] == "B6"
+
+
+def test_b7_is_reported_against_its_baseline_with_its_cpu_per_delivery_and_judged_by_no_target() -> None:
+    # given: B7 alone at 3dd203c
+    results = json.loads((RECORDED.parent / "b7-3dd203c.json").read_text())
+
+    text = report.render(results)
+
+    row = next(line for line in text.splitlines() if line.startswith("| B7 |"))
+    assert "21 callback deliveries/s" in row and "trivial tasks 244 /s" in row and "| 0.09× |" in row
+    assert "callbacks worker 10.10 ms" in row and row.endswith("| none stated (issue 23, spec) | report only |")
+    b7 = text.split("### B7", 1)[1]
+    assert "| 1 | 244 | 21 | 22 | 21 | 3,118 / 3,118 / 3,118 |" in b7
+    # the share of a core the callbacks worker had, and what a whole core would deliver at its CPU per delivery
+    assert "callbacks worker had 22 % of one core" in b7 and "about 99/s" in b7
