@@ -75,7 +75,7 @@ SMOKE = Sizes(
     r6_per_case=1, r6_burst=2,
     r7_messages=40, r7_kills=1,
     r8_messages=40,
-    r9_down_seconds=5.0, r9_messages=60, r9_otp_rate=10.0, r9_idle_otps=40, r9_warmup_otps=4,
+    r9_down_seconds=5.0, r9_messages=20, r9_otp_rate=10.0, r9_idle_otps=40, r9_warmup_otps=4,
     r10_messages=300, r10_c_messages=70, r10_a_rate=5.0, r10_c_rate=5.0,
     s1_examples=5,
     s6_requests=300, s6_warmup=100,

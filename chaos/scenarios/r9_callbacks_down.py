@@ -111,7 +111,7 @@ def paced_sends(ctx: Context, n: int, seconds: float, out: list[Sent]) -> None:
     rate = n / max(seconds, 0.1)
 
     def one(i: int) -> Sent:
-        to = NOT_ON_WHATSAPP if i % FAILING_EVERY == FAILING_EVERY - 1 else a.recipients[i % len(a.recipients)]
+        to = NOT_ON_WHATSAPP if i % FAILING_EVERY == FAILING_EVERY // 5 else a.recipients[i % len(a.recipients)]
         return ctx.send(to, f"r9 #{i}", ("UTILITY", "MARKETING")[i % 2], instance=a.fleet[i % len(a.fleet)].name)
 
     start = time.monotonic()
@@ -200,6 +200,9 @@ def delivery_figures(endpoint_id: str, down_at: Any, up_at: Any) -> dict[str, An
                                                           succeeded=False).count(),
         "most_attempts_for_one_delivery": Delivery.objects.filter(endpoint_id=endpoint_id)
         .aggregate(m=Max("attempts"))["m"] or 0,
+        # receiver up → the last callback delivered (the deliveries' own stamps)
+        "last_delivered_after_up_s": round((last - up_at).total_seconds(), 1) if (last := Delivery.objects.filter(
+            endpoint_id=endpoint_id).aggregate(m=Max("delivered_at"))["m"]) else None,
         "endpoint_enabled_at_end": endpoint.enabled,
         "circuit_at_end": endpoint.circuit_state,
     }
@@ -270,10 +273,20 @@ def run(ctx: Context) -> dict[str, Any]:
             # 3. Up again.
             receiver.set("ok")
             up_at, up_mono = timezone.now(), time.monotonic()
+        # Reported, not judged: the same stream while the deliveries held back by the outage go out at once.
+        catch_up_answered: dict[str, float] = {}
+        catch_up_ids: list[str] = []
+        catch_up_stream = threading.Thread(
+            target=lambda: catch_up_ids.extend(otp_stream(stream, max(5, int(s.r9_otp_rate * min(60.0, down_s))),
+                                                          s.r9_otp_rate, catch_up_answered)),
+            name="r9-catch-up-otps", daemon=True)
+        catch_up_stream.start()
         outage = otp_figures(ctx, outage_ids, outage_answered)
         ids = [x.id for x in sent if x.id]
-        all_ids = [*ids, *idle_ids, *outage_ids]
-        state = ctx.drain(all_ids)
+        state = ctx.drain([*ids, *idle_ids, *outage_ids])
+        catch_up_stream.join(120.0)
+        catch_up = otp_figures(ctx, catch_up_ids, catch_up_answered)
+        catch_up["lost"] = ctx.drain(catch_up_ids)["lost"]  # final before their callbacks are judged
         from callbacks.derive import STATUS_KINDS
         from messaging.models import MessageEvent
 
@@ -285,7 +298,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
         step = float(env["CALLBACKS_RETRY_SCHEDULE"].split(",")[-1])
         settled, _ = wait_for(caught_up, s.drain_s + 2 * step, 1.0)
-        catch_up_s = round(time.monotonic() - up_mono, 1)
+        waited_s = round(time.monotonic() - up_mono, 1)
         ticker.stop()
         ticker = None
         time.sleep(1.0)  # a delivery in flight lands before the receiver is read
@@ -317,14 +330,16 @@ def run(ctx: Context) -> dict[str, Any]:
         "callbacks": cb,
         "deliveries": deliveries,
         "caught_up": settled,
-        "catch_up_s": catch_up_s,
+        "catch_up_s": deliveries["last_delivered_after_up_s"],
+        "waited_after_up_s": waited_s,
         "otp_p99_ms": {"idle": idle["p99_ms"], "outage": outage["p99_ms"]},
         "otp_ratio": round(ratio, 2) if not math.isnan(ratio) else None,
         "otp_idle": idle,
         "otp_outage": outage,
+        "otp_catch_up_not_judged": catch_up,
         "drain_s": state["drain_s"],
     }
-    passed = (bool(ids) and len(ids) == len(sent) and state["lost"] == 0 and settled and cb["lost"] == 0
+    passed = (bool(ids) and len(ids) == len(sent) and state["lost"] == 0 and catch_up["lost"] == 0 and settled and cb["lost"] == 0
               and cb["last_by_sequence_not_final"] == 0 and cb["bad_signatures"] == 0 and cb["owed"] > 0
               and deliveries["attempts_refused_during_outage"] > 0 and deliveries["endpoint_enabled_at_end"]
               and idle["all_sent"] and outage["all_sent"]
@@ -332,7 +347,8 @@ def run(ctx: Context) -> dict[str, Any]:
     notes.append(f"OTP p99 (bench B3's method, {s.r9_otp_rate:g}/s): idle {idle['p99_ms']:.0f} ms over "
                  f"{idle['count']} OTPs, during the outage {outage['p99_ms']:.0f} ms over {outage['count']} "
                  f"(target ≤ {TARGET_RATIO}× idle and ≤ {TARGET_P99_MS:.0f} ms); judged on this run's figures on a "
-                 "shared, noisy 2-core host")
+                 f"shared, noisy 2-core host; right after the receiver came back (the held deliveries going out; "
+                 f"reported, not judged) {catch_up['p99_ms']:.0f} ms over {catch_up['count']}")
     if outage_took > down_s + 5:
         notes.append(f"the OTP stream ran past the planned outage: the receiver was down {outage_took:.0f} s")
     return {"passed": passed, "fault": FAULT.format(down=down_s, n=s.r9_messages), "must": MUST,
