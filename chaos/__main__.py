@@ -1,7 +1,7 @@
 """`python -m chaos`: start the real stack on a chaos database, run the fault and abuse scenarios,
 write docs/reliability.md with the figures of this run.
 
-    python -m chaos                         # every scenario, full sizes (~15 min on 2 cores)
+    python -m chaos                         # every scenario, full sizes (~15 min on 2 cores, and R9's 10-min receiver outage)
     python -m chaos --only R1,S3            # a subset
     python -m chaos --smoke --out X.md      # small sizes (tests/chaos runs this)
     python -m chaos --set r4_messages=2000
@@ -24,7 +24,7 @@ from .sizes import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 # In the order they run: S5 searches the tables and logs every other row left, so it runs last.
-SCENARIOS = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R10", "S1", "S2", "S3", "S4", "S6", "S7", "S5")
+SCENARIOS = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "R10", "S1", "S2", "S3", "S4", "S6", "S7", "S5")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

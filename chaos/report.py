@@ -22,6 +22,8 @@ HEADLINE = {
     "R7": ("kills", "lost", "duplicate_accepted_sends", "statuses_applied_twice", "final"),
     "R8": ("messages", "answers", "answers_lost_after_send", "answers_lost_before_send", "sent_or_later_reached_once", "wrong",
            "ends", "lost"),
+    "R9": ("sends", "lost", "down_s", "callbacks_owed", "callbacks_lost", "last_callback_not_final", "bad_signatures",
+           "catch_up_s", "otp_p99_ms", "otp_ratio"),
     "R10": ("sends", "lost", "duplicate_sendtext_calls", "queue_consumers", "accepted_per_web_pool",
             "inbox_rows_by_channel", "fairness_ratio"),
     "S1": ("operations", "server_error_findings", "outside_schema_findings", "exit_code"),

@@ -1,4 +1,4 @@
-"""How big each scenario is: full (`make chaos`, ~15 min on 2 cores) or smoke (tests/chaos).
+"""How big each scenario is: full (`make chaos`, ~15 min on 2 cores, and R9's 10-minute outage) or smoke (tests/chaos).
 
 Every size can be overridden with env CHAOS_<NAME> or `--set name=value`.
 """
@@ -35,6 +35,13 @@ class Sizes:
     r7_kills: int = 2
     # R8: sends with every fifth answer lost after the send and every fifth other one before
     r8_messages: int = 2000
+    # R9: the callback receiver down (connection refused) this long while r9_messages sends go through;
+    # bench B3's OTP stream at r9_otp_rate, idle first (r9_idle_otps after r9_warmup_otps), then all through the outage
+    r9_down_seconds: float = 600.0
+    r9_messages: int = 1000
+    r9_otp_rate: float = 4.0
+    r9_idle_otps: int = 240
+    r9_warmup_otps: int = 16
     # R10: two of every scalable process; sends in all (C's two runs included), C's per run (more than the
     # stack's burst of 50, so that C's own pace bounds "C alone", as B's in bench B6), the pace of each of
     # A's instances and of C's one
@@ -68,6 +75,7 @@ SMOKE = Sizes(
     r6_per_case=1, r6_burst=2,
     r7_messages=40, r7_kills=1,
     r8_messages=40,
+    r9_down_seconds=5.0, r9_messages=20, r9_otp_rate=10.0, r9_idle_otps=40, r9_warmup_otps=4,
     r10_messages=300, r10_c_messages=70, r10_a_rate=5.0, r10_c_rate=5.0,
     s1_examples=5,
     s6_requests=300, s6_warmup=100,

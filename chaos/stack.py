@@ -31,6 +31,8 @@ CHAOS_ENV = {
     "TYPING_DELAY_MAX_MS": "0",
     "BREAKER_OPEN_SECONDS": "5",
     "TYPING_DELAY_MS_PER_CHAR": "0",
+    # R9's callback receiver runs in the harness, on loopback (docs/security.md: for development and tests only).
+    "CALLBACKS_ALLOW_PRIVATE_ADDRESSES": "true",
 }
 
 

@@ -21,6 +21,12 @@ SCENARIO_TABLES = (
     "messaging_idempotencyrecord",
     "messaging_message",
     "evolution_ingestion_events",
+    # R9 registers an endpoint (as bench B3 does): every scenario starts without one, without deliveries, and with
+    # the callbacks relay's cursors at the start of the emptied, renumbered timeline.
+    "callbacks_deliveryattempt",
+    "callbacks_delivery",
+    "callbacks_webhookendpoint",
+    "callbacks_relaycursor",
 )
 FLEET = 8
 
