@@ -98,9 +98,8 @@ class Process:
 def stop_all(processes: Iterable[Process], timeout: float = 10.0) -> None:
     """SIGTERM to every running one of `processes` first, then wait for each (SIGKILL after `timeout`).
 
-    A Celery worker notices SIGTERM only when its event loop wakes next, up to 10 s later (kombu's hub
-    polls for as long as its next timer allows, at most 10 s): one after another, a stack's workers took
-    10 s each to stop; together they take about 10 s in all.
+    Each Celery worker's warm shutdown takes its time (it took up to 10 s before pilot_status.celery's
+    STOP_CHECK_SECONDS): one after another, a stack's workers took about 10 s each; together, 10 s in all.
     """
     running = [p for p in processes if p.proc is not None and p.proc.poll() is None]
     for process in running:
