@@ -167,6 +167,23 @@ def _start_worker_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     heartbeats.beat_in_background(f"worker:{name}")
 
 
+# A stop (SIGTERM: compose, honcho, a deploy) only sets a flag that the worker's event loop reads when its poll
+# returns, and an idle worker's poll waits as long as its next timer allows, up to kombu's 10 s: an idle lane
+# worker took ~10 s to stop. A timer every second bounds that wait, so a stop is seen within a second.
+STOP_CHECK_SECONDS = 1.0
+
+
+@worker_ready.connect
+def _notice_a_stop_within_a_second(sender: Any = None, **kwargs: Any) -> None:
+    hub = getattr(sender, "hub", None)  # the consumer's event loop (None under a pool without one)
+    if hub is not None:
+        hub.call_repeatedly(STOP_CHECK_SECONDS, _wake)
+
+
+def _wake() -> None:
+    """Nothing to do: the timer only makes the event loop's poll return, and the loop then reads the stop flag."""
+
+
 # One beat per database (pilot_status.beat_lock): a second beat exits here, before its heartbeat, with a
 # message naming the one that holds the lock. Connected first: receivers run in the order they connect.
 @beat_init.connect

@@ -169,7 +169,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
     from ingestion.models import IngestionEvent
     from messaging.models import Instance, Message
-    from tests.support.processes import log_size, wait_for_log
+    from tests.support.processes import log_size, stop_all, wait_for_log
 
     s = ctx.sizes
     world = ctx.world
@@ -202,8 +202,7 @@ def run(ctx: Context) -> dict[str, Any]:
         # accept path); both relays start again and C sends at once, behind A's backlog.
         a_count = s.r10_messages - 2 * s.r10_c_messages
         relays = [ctx.stack.processes["relay"], copies["relay-2"]]
-        for relay in relays:
-            relay.stop()
+        stop_all(relays)
         a_out = send_alternating(ctx, urls, a_count, "r10-a", world.a, a_instances, "MARKETING", per_url)
         a_backlog = Message.objects.filter(project=world.a.project, sent_at__isnull=True).count()
         offsets = {relay.name: log_size(relay.log) for relay in relays}
@@ -230,8 +229,7 @@ def run(ctx: Context) -> dict[str, Any]:
         Instance.objects.filter(pk__in=[*(i.pk for i in a_instances), world.c.instance.pk]).update(send_rate_per_second=None)
         if not ctx.stack.processes["relay"].alive():  # the next rows need the stack's own relay
             ctx.stack.processes["relay"].start()
-        for process in copies.values():
-            process.stop()
+        stop_all(copies.values())
     figures = {
         "sends": len(a_out) + len(alone_ids) + len(behind_ids),
         "a_http_answers": answers(a_out),  # C's batches are bulk-accepted

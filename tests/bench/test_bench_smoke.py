@@ -34,6 +34,9 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     # given: a bench database of its own, next to the test database
     env = dict(os.environ)
     env["BENCH_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_bench_smoke"
+    # B4's breakers open on its outage's 503s; at the default 30 s the smoke's 2 s outage (b4_outage_seconds)
+    # drained only once they closed, 29 s later. This test checks that B4 drains, not when: 3 s (chaos runs at 5).
+    env["BREAKER_OPEN_SECONDS"] = "3"
     out, raw = tmp_path / "benchmarks.md", tmp_path / "results.json"
 
     # when

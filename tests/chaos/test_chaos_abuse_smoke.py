@@ -1,9 +1,9 @@
 """S6 (amplification and memory) and S7 (the fuzz) of the chaos harness, on tiny sizes, on the real stack.
 
-`python -m chaos --smoke --only S6,S7` starts its own stack (gunicorn web, plus the webhook pool these
-two rows start next to it) on a database of its own, posts unauthenticated junk at both pools while
-it reads every worker's RSS, and runs the hypothesis fuzz over the webhook, the internal forward, the
-client API and the dashboard forms. The first two tests check the harness itself (it measured every
+`python -m chaos --smoke` runs S6 and S7 in the run test_chaos_smoke.py reads (tests/chaos/conftest.py), on
+its own stack (gunicorn web, plus the webhook pool these two rows start next to it) and a database of its own:
+it posts unauthenticated junk at both pools while it reads every worker's RSS, and runs the hypothesis fuzz
+over the webhook, the internal forward, the client API and the dashboard forms. The first two tests check the harness itself (it measured every
 worker, it reached every target); the others are the rows' verdicts, as in test_chaos_smoke.py. The
 full sizes run in `make chaos` (docs/reliability.md).
 """
@@ -11,41 +11,19 @@ full sizes run in `make chaos` (docs/reliability.md).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SUBSET = ("S6", "S7")
-# Smaller than --smoke's own sizes: this file only has to keep the two rows working.
-TINY = ("s6_requests=150", "s6_warmup=60", "s7_examples=8", "s7_budget_s=90")
+from tests.chaos.conftest import ABUSE_ROWS as SUBSET
 
-# A whole harness run in a subprocess (its own stack, at smoke sizes): about 2.5 minutes on an idle 2-core
-# machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
-# running on the test broker, where they take the next stack tests' tasks; the subprocess's own timeout
-# (below) is the bound.
+# The harness run is tests/chaos/conftest.py's, shared with test_chaos_smoke.py (its timeout says why 960 s).
 pytestmark = pytest.mark.timeout(960)
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("chaos-abuse")
-    env = dict(os.environ)
-    env["CHAOS_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_chaos_smoke"
-    argv = [sys.executable, "-m", "chaos", "--smoke", "--only", ",".join(SUBSET),
-            "--out", str(out / "reliability.md"), "--json", str(out / "results.json")]
-    for size in TINY:
-        argv += ["--set", size]
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert (out / "results.json").exists(), done.stdout[-3000:] + done.stderr[-5000:]
-    results = json.loads((out / "results.json").read_text())
-    results["report"] = (out / "reliability.md").read_text()
-    results["output"] = done.stdout[-4000:] + done.stderr[-4000:]
-    return results
+def run(chaos_run: dict[str, Any]) -> dict[str, Any]:
+    return chaos_run
 
 
 def figures_of(run: dict[str, Any], name: str) -> dict[str, Any]:

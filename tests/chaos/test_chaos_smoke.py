@@ -1,7 +1,8 @@
 """The fault and abuse harness (chaos/), one scenario of each kind on small sizes, on the real stack.
 
-`python -m chaos --smoke` starts its own stack (gunicorn, relay, consumer, lane workers, the
-simulator behind chaos' TCP proxy) on a database of its own, really stops Redis for a few seconds,
+`python -m chaos --smoke` (tests/chaos/conftest.py: one run for this file and test_chaos_abuse_smoke.py)
+starts its own stack (gunicorn, relay, consumer, lane workers, the simulator behind chaos' TCP proxy) on a
+database of its own, really stops Redis for a few seconds,
 really SIGKILLs a lane worker and web, drives the gateway matrix and the abuse rows, and writes a
 report. Each test below reads one row of that run. The full run is `make chaos` (docs/reliability.md).
 """
@@ -9,40 +10,22 @@ report. Each test below reads one row of that run. The full run is `make chaos` 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-# service stop, SIGKILL, web restart, gateway, lost answers, scale-out, and every abuse row
-SUBSET = ("R1", "R4", "R5", "R6", "R8", "R10", "S1", "S2", "S3", "S4", "S5")
+from tests.chaos.conftest import SMOKE_ROWS as SUBSET
 
-# A whole harness run in a subprocess (its own stack, at smoke sizes): about 2.5 minutes on an idle 2-core
-# machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
-# running on the test broker, where they take the next stack tests' tasks; the subprocess's own timeout
-# (below) is the bound.
+# A whole harness run in a subprocess (its own stack, at smoke sizes; tests/chaos/conftest.py): about 4 minutes on
+# an idle 2-core machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's
+# processes running on the test broker, where they take the next stack tests' tasks; the subprocess's own
+# timeout (conftest.py) is the bound.
 pytestmark = pytest.mark.timeout(960)
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("chaos")
-    env = dict(os.environ)
-    env["CHAOS_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_chaos_smoke"
-    done = subprocess.run(
-        [sys.executable, "-m", "chaos", "--smoke", "--only", ",".join(SUBSET),
-         "--out", str(out / "reliability.md"), "--json", str(out / "results.json")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )
-    assert (out / "results.json").exists(), done.stdout[-3000:] + done.stderr[-5000:]
-    results = json.loads((out / "results.json").read_text())
-    results["report"] = (out / "reliability.md").read_text()
-    results["output"] = done.stdout[-4000:] + done.stderr[-4000:]
-    return results
+def run(chaos_run: dict[str, Any]) -> dict[str, Any]:
+    return chaos_run
 
 
 def row(run: dict[str, Any], name: str) -> dict[str, Any]:

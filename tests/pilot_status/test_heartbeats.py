@@ -19,7 +19,7 @@ from django.core.management import call_command
 
 from pilot_status import heartbeats
 from tests.support import processes as support
-from tests.support.processes import Process
+from tests.support.processes import Process, stop_all
 from tests.support.simulator import wait_until
 
 BEAT_EVERY = "0.5"
@@ -44,8 +44,7 @@ def env() -> dict[str, str]:
 def started() -> Iterator[list[Process]]:
     running: list[Process] = []
     yield running
-    for process in running:
-        process.stop()
+    stop_all(running)
 
 
 def beats() -> dict[str, dict[str, Any]]:
@@ -120,6 +119,5 @@ def test_the_consumer_a_worker_and_beat_beat(
         assert light.returncode == status, (name, light.stdout, light.stderr)
 
     # Stopped cleanly (SIGTERM, as compose and honcho stop them), each leaves the page.
-    for process in started:
-        process.stop(timeout=30)
+    stop_all(started, timeout=30)
     assert not expected & set(beats()), beats()

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
@@ -91,14 +92,27 @@ class Process:
             self.proc.wait(timeout=15)
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        stop_all([self], timeout)
+
+
+def stop_all(processes: Iterable[Process], timeout: float = 10.0) -> None:
+    """SIGTERM to every running one of `processes` first, then wait for each (SIGKILL after `timeout`).
+
+    Each Celery worker's warm shutdown takes its time (it took up to 10 s before pilot_status.celery's
+    STOP_CHECK_SECONDS): one after another, a stack's workers took about 10 s each; together, 10 s in all.
+    """
+    running = [p for p in processes if p.proc is not None and p.proc.poll() is None]
+    for process in running:
+        assert process.proc is not None
+        os.killpg(process.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in running:
+        assert process.proc is not None
         try:
-            self.proc.wait(timeout=timeout)
+            process.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
+            os.killpg(process.proc.pid, signal.SIGKILL)
+            process.proc.wait(timeout=5)
 
 
 def simulator_site(port: int, *extra: str) -> topology.Site:
@@ -212,16 +226,13 @@ class Stack:
         wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offset)
 
     def stop_callbacks(self) -> None:
-        for name in ("beat", "worker-callbacks"):
-            process = self.processes.pop(name, None)
-            if process is not None:
-                process.stop()
+        self._stop_named(("beat", "worker-callbacks"))
 
     def stop_maintenance(self) -> None:
-        for name in ("beat", *(f"worker-{queue}" for queue in BEAT_QUEUES)):
-            process = self.processes.pop(name, None)
-            if process is not None:
-                process.stop()
+        self._stop_named(("beat", *(f"worker-{queue}" for queue in BEAT_QUEUES)))
+
+    def _stop_named(self, names: Iterable[str]) -> None:
+        stop_all([process for process in (self.processes.pop(name, None) for name in names) if process is not None])
 
     def start(self) -> None:
         self.purge_queues()  # leftovers of an earlier run must not reach this run's database
@@ -300,6 +311,5 @@ class Stack:
                         pass
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            process.stop()
+        stop_all(self.processes.values())
         shutil.rmtree(self.env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
