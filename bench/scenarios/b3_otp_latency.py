@@ -68,7 +68,8 @@ def latencies(ctx: Context, ids: list[str], answered_ms: dict[str, float] | None
             # (position in the stream, ms, its relay/pickup/http ms, the accept's HTTP round trip): whether the tail
             # is the cold start or spread out, and where it waited
             "slowest": [(n, round(values[n]), [round(v) for v in parts.get(uuid.UUID(ids[n]), ())],
-                         round((answered_ms or {}).get(ids[n], float("nan")))) for n in slowest]}
+                         round(answered_ms[ids[n]]) if answered_ms and ids[n] in answered_ms else None)
+                        for n in slowest]}
 
 
 def split(rows: dict[Any, tuple[Any, Any, Any]]) -> dict[Any, tuple[float, float, float]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B8")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
 
 # A whole harness run in a subprocess (its own stack, at smoke sizes): about 2.5 minutes on an idle 2-core
 # machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
@@ -66,6 +66,7 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     assert sc["B4"]["drained"] is True and isinstance(sc["B4"]["attempts_consumed_during_outage"], int)
     assert sc["B5"]["correct"] is True and _is_figure(sc["B5"]["rate"]["median"])
     assert all(r["all_sent"] for r in sc["B6"]["alone"]["runs"] + sc["B6"]["behind"]["runs"])
+    assert sc["B7"]["all_delivered"] and _is_figure(sc["B7"]["deliveries_per_s"]["median"])
     b8 = sc["B8"]["runs"]  # each pool at each latency, side by side
     assert sorted({r["pool"] for r in b8}) == ["prefork", "threads"]
     assert all(_is_figure(r["throughput_per_s"]) and isinstance(r["max_in_flight"], int) for r in b8)
