@@ -25,17 +25,18 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
         raise self.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
     try:
         return worker.send_one(message_id)
-    except worker.NoConnectionToClaim:
-        # Nothing changed yet: the task goes back to its queue for another try in a moment, instead of
-        # leaving the message to the reconciler's lost-release pass (a minute, ten for marketing). The due
-        # time stays Postgres's (design.md 2): the message is still QUEUED and released, and that pass
-        # releases it again should this retry be lost; putting the outbox row back instead would need the
-        # very connection the pool could not give.
+    except worker.ClaimNotNow:
+        # No free pooled connection, or the row held past the lock timeout: nothing changed yet, and the task
+        # goes back to its queue for another try in a moment, instead of leaving the message to the
+        # reconciler's lost-release pass (a minute, ten for marketing). The due time stays Postgres's
+        # (design.md 2): the message is still QUEUED and released, and that pass releases it again should
+        # this retry be lost; putting the outbox row back instead would need the very connection the pool
+        # could not give.
         raise self.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
     finally:
         if limit is not None:
             limit.release()
 
 
-# How soon a claim that found no free pooled connection is tried again (then up to twice that).
+# How soon a claim that could not be made now is tried again (then up to twice that).
 RETRY_AFTER_SECONDS = 1.0

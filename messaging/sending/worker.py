@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
+from psycopg.errors import LockNotAvailable
 from psycopg_pool import PoolTimeout
 
 from pilot_status import metrics
@@ -47,8 +48,16 @@ def lease_seconds() -> float:
     return float(max(settings.SEND_LEASE_SECONDS, needed))
 
 
-class NoConnectionToClaim(Exception):
+class ClaimNotNow(Exception):
+    """The claim changed nothing and may succeed in a moment: the task goes back to its queue (sending.tasks)."""
+
+
+class NoConnectionToClaim(ClaimNotNow):
     """The process's connection pool had none free in time: the claim never reached Postgres."""
+
+
+class ClaimLocked(ClaimNotNow):
+    """Another transaction held the message's row past `DATABASE_LOCK_TIMEOUT_MS`: the claim was cancelled."""
 
 
 def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
@@ -70,6 +79,8 @@ def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
     except OperationalError as exc:
         if isinstance(exc.__cause__, PoolTimeout):
             raise NoConnectionToClaim(str(exc)) from exc
+        if isinstance(exc.__cause__, LockNotAvailable):
+            raise ClaimLocked(str(exc)) from exc
         raise
     return None if message is None else (message, token)
 

@@ -51,3 +51,30 @@ def test_the_task_goes_back_to_its_queue_and_the_message_is_untouched(alice, ali
         tasks.send_message(str(message.pk))
     assert Message.objects.values().get(pk=message.pk) == before
     assert before["status"] == "QUEUED"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_meets_a_held_row_past_the_lock_timeout_goes_back_to_its_queue(alice, alice_instance):
+    # given: another transaction holds the message's row (a connection.update releasing the instance's waiting
+    # messages did, in a full run), and the worker's connection gives up on a lock after 200 ms as
+    # DATABASE_LOCK_TIMEOUT_MS makes it (the test stack's 300 ms)
+    import psycopg
+
+    message = send(alice)
+    before = Message.objects.values().get(pk=message.pk)
+    settings_dict = connections["default"].settings_dict
+    with psycopg.connect(host=settings_dict["HOST"], port=settings_dict["PORT"], dbname=settings_dict["NAME"],
+                         user=settings_dict["USER"], password=settings_dict["PASSWORD"]) as holder:
+        holder.execute("SELECT 1 FROM messaging_message WHERE id = %s FOR UPDATE", [message.pk])
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        try:
+            # when: the lane task claims it; then: it goes back to its queue for another try (before, it failed
+            # and the message waited for the reconciler's lost-release pass: a minute, ten for marketing)
+            with pytest.raises(Retry):
+                tasks.send_message(str(message.pk))
+        finally:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+        holder.rollback()
+    assert Message.objects.values().get(pk=message.pk) == before
