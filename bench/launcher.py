@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pilot_status.lane_worker import LaneWorker
@@ -126,8 +126,9 @@ class Process:
         stop_together([self], timeout)
 
 
-def stop_together(processes: list[Process], timeout: float = 15.0) -> None:
-    """SIGTERM to every running one of `processes` first, then wait for each (SIGKILL after `timeout`).
+def stop_together(processes: list[Any], timeout: float = 15.0) -> None:
+    """SIGTERM to every running one of `processes` (anything with a `proc`: a Popen or None) first, then wait for
+    each (SIGKILL after `timeout`).
 
     Each Celery worker's warm shutdown takes its time (it took up to 10 s before pilot_status.celery's
     STOP_CHECK_SECONDS): one after another, a stack's four workers took about 30 s to stop, together about 10.

@@ -96,23 +96,11 @@ class Process:
 
 
 def stop_all(processes: Iterable[Process], timeout: float = 10.0) -> None:
-    """SIGTERM to every running one of `processes` first, then wait for each (SIGKILL after `timeout`).
+    """SIGTERM to every running one of `processes` first, then wait for each (SIGKILL after `timeout`): the
+    bench's way (bench.launcher.stop_together), for the test stack's processes."""
+    from bench.launcher import stop_together
 
-    Each Celery worker's warm shutdown takes its time (it took up to 10 s before pilot_status.celery's
-    STOP_CHECK_SECONDS): one after another, a stack's workers took about 10 s each; together, 10 s in all.
-    """
-    running = [p for p in processes if p.proc is not None and p.proc.poll() is None]
-    for process in running:
-        assert process.proc is not None
-        os.killpg(process.proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for process in running:
-        assert process.proc is not None
-        try:
-            process.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(process.proc.pid, signal.SIGKILL)
-            process.proc.wait(timeout=5)
+    stop_together(list(processes), timeout)
 
 
 def simulator_site(port: int, *extra: str) -> topology.Site:
