@@ -22,7 +22,7 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
     # thread waiting for it holds no lease, no connection and no message, only its reserved task.
     limit = gateway_limit.for_lane(lane)
     if limit is not None and not limit.acquire(gateway_limit.TURN_MAX_WAIT_SECONDS):
-        raise self.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
+        raise back_to_queue(self)
     try:
         return worker.send_one(message_id)
     except worker.ClaimNotNow:
@@ -32,11 +32,16 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
         # (design.md 2): the message is still QUEUED and released, and that pass releases it again should
         # this retry be lost; putting the outbox row back instead would need the very connection the pool
         # could not give.
-        raise self.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
+        raise back_to_queue(self)
     finally:
         if limit is not None:
             limit.release()
 
 
-# How soon a claim that could not be made now is tried again (then up to twice that).
+def back_to_queue(task: Task[Any, Any]) -> Exception:
+    """The task again in a moment, nothing changed meanwhile (Celery's retry, spread so a crowd does not return at once)."""
+    return task.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
+
+
+# How soon a task that could not claim now (or had no turn) is tried again (then up to twice that).
 RETRY_AFTER_SECONDS = 1.0
