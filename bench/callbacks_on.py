@@ -133,9 +133,10 @@ class RelayTicker:
 
     def _run(self) -> None:
         from bench.celery_app import app
+        from pilot_status.celery import CALLBACKS_RELAY_QUEUE
 
         while not self._stop.is_set():
-            app.send_task("callbacks.relay", queue="callbacks", expires=self.period)
+            app.send_task("callbacks.relay", queue=CALLBACKS_RELAY_QUEUE, expires=self.period)
             self.published += 1
             self._stop.wait(self.period)
 
@@ -176,8 +177,14 @@ def callbacks_on(project: Any, receiver: Receiver, relay: bool = True, descripti
 def _purge_callbacks_queue() -> None:
     from bench.celery_app import app
 
+    from pilot_status.celery import CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE
+
     with app.connection_for_write() as conn:
-        try:
-            conn.default_channel.queue_purge("callbacks")
-        except Exception:
-            pass  # not declared (no task was ever published): nothing to drop
+        for queue in (CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE):
+            channel = conn.channel()  # a missing queue closes its channel: one each
+            try:
+                channel.queue_purge(queue)
+            except Exception:
+                pass  # not declared (no task was ever published): nothing to drop
+            finally:
+                channel.close()

@@ -26,15 +26,19 @@ MAINTENANCE_QUEUE = "maintenance"
 SYNC_QUEUE = "sync"
 BULK_QUEUE = "bulk"
 # Status callbacks (issue 23): the relay pass that writes and hands out deliveries, and the deliveries
-# themselves, on a queue and worker of their own (worker_callbacks): a slow receiver never holds a
-# send or a maintenance pass.
+# themselves, on queues and a worker of their own (worker_callbacks): a slow receiver never holds a
+# send or a maintenance pass. The pass has a queue apart from the deliveries it hands out: on one
+# FIFO queue each tick waited behind up to a whole released batch (deliver.RELEASE_BATCH) and expired
+# there, so no pass ran until the batch drained (chaos/findings.md 12).
 CALLBACKS_QUEUE = "callbacks"
+CALLBACKS_RELAY_QUEUE = "callbacks_relay"
 DELIVER_CALLBACK_TASK = "callbacks.deliver"
 SEND_TASK = "messaging.send_message"
 
 _exchange = Exchange("pilot_status", type="direct", durable=True)
 app.conf.task_queues = [
-    Queue(name, _exchange, routing_key=name, durable=True) for name in (*LANES, MAINTENANCE_QUEUE, SYNC_QUEUE, BULK_QUEUE, CALLBACKS_QUEUE)
+    Queue(name, _exchange, routing_key=name, durable=True)
+    for name in (*LANES, MAINTENANCE_QUEUE, SYNC_QUEUE, BULK_QUEUE, CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE)
 ]
 app.conf.update(
     task_default_queue=MAINTENANCE_QUEUE,
@@ -50,7 +54,7 @@ app.conf.task_routes = {
     "messaging.poll_instance_states": {"queue": SYNC_QUEUE},
     "ingestion.reconcile_events": {"queue": SYNC_QUEUE},
     "dashboard.run_bulk_resend": {"queue": BULK_QUEUE},
-    "callbacks.relay": {"queue": CALLBACKS_QUEUE},
+    "callbacks.relay": {"queue": CALLBACKS_RELAY_QUEUE},
     "callbacks.prune_deliveries": {"queue": MAINTENANCE_QUEUE},
     DELIVER_CALLBACK_TASK: {"queue": CALLBACKS_QUEUE},
 }

@@ -171,11 +171,12 @@ PROCESSES: tuple[Process, ...] = (
             queues=("sync",), ready="ready.", concurrency="one task at a time (-c 1)"),
     Process("worker_bulk", _celery_worker("bulk"), "the dashboard's bulk force-resends",
             queues=("bulk",), ready="ready.", concurrency="one task at a time (-c 1)"),
-    Process("worker_callbacks", ("celery", "-A", "{celery_app}", "worker", "-Q", "callbacks", "-n", "callbacks@{node}",
+    Process("worker_callbacks", ("celery", "-A", "{celery_app}", "worker", "-Q", "callbacks,callbacks_relay",
+                                 "-n", "callbacks@{node}",
                                  "-P", "threads", "-c", "{callbacks_threads}", "--prefetch-multiplier", "1", "-O", "fair",
                                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "{log_level}"),
             "the callbacks relay pass and the deliveries to customers' endpoints (callbacks app)",
-            queues=("callbacks",), ready="ready.",
+            queues=("callbacks", "callbacks_relay"), ready="ready.",
             concurrency="threads: CALLBACKS_WORKER_CONCURRENCY (8), each with its own Postgres connection"),
     Process("beat", ("celery", "-A", "{celery_app}", "beat", "-l", "{log_level}",
                      "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"),
@@ -252,9 +253,10 @@ PROCFILE_HEADER = """\
 # another kind: worker_maintenance (database-only passes: lease recovery, lost releases, expiry,
 # retention), worker_sync (passes that call out: status sync, instance poll, ingestion reconciler),
 # worker_bulk (the dashboard's bulk resends).
-# worker_callbacks serves the `callbacks` queue (issue 23): the relay pass that writes deliveries from
-# the timeline, the inbox and the opt-ins (beat, every CALLBACKS_RELAY_SECONDS), and the deliveries to
-# customers' endpoints. Threads: a delivery waits on someone else's server for up to
+# worker_callbacks serves two queues (issue 23): `callbacks_relay`, the relay pass that writes deliveries
+# from the timeline, the inbox and the opt-ins (beat, every CALLBACKS_RELAY_SECONDS), and `callbacks`,
+# the deliveries to customers' endpoints (apart, so that a pass never waits behind a released batch).
+# Threads: a delivery waits on someone else's server for up to
 # CALLBACKS_TIMEOUT_SECONDS; each thread keeps its own Postgres connection (CALLBACKS_WORKER_CONCURRENCY, 8).
 """
 

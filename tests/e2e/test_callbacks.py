@@ -6,10 +6,13 @@ one is its final status, and every attempt is recorded."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import requests
+from django.utils import timezone
 
-from callbacks.models import Delivery, DeliveryAttempt
+from callbacks import deliver
+from callbacks.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from messaging import opt_ins
 from messaging.models import EventKind, Message, MessageEvent
 from tests.support.receiver import Receiver
@@ -95,6 +98,41 @@ def test_every_status_callback_arrives_signed_through_an_outage_and_500s(stack, 
         assert len(page["data"]) == len(expected)
         assert all(d["status"] == "SUCCEEDED" and d["attemptLog"][0]["succeeded"] for d in page["data"])
         assert any(len(d["attemptLog"]) > 1 for d in page["data"])
+    finally:
+        receiver.stop()
+        stack.stop_callbacks()
+
+
+def test_the_relay_pass_goes_on_while_a_released_batch_drains(stack, alice):
+    """The pass hands out at most RELEASE_BATCH deliveries a tick. It must not wait behind them: on the
+    deliveries' own FIFO queue each tick expired behind the batch, so nothing new was written or handed
+    out until the whole batch drained (chaos/findings.md 12)."""
+    endpoint = WebhookEndpoint.objects.create(project=alice.project, url="", event_types=["message.status"])
+    # a slow receiver: 8 threads at 0.2 s an answer take about 12 s for a whole batch
+    receiver = Receiver(lambda: endpoint.secret, delay=0.2)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(url=receiver.url)
+    receiver.set("ok")
+    due = timezone.now() - timedelta(seconds=1)
+    Delivery.objects.bulk_create(
+        Delivery(endpoint=endpoint, event_type="message.status", source=f"event:{i}",
+                 payload={"type": "message.status", "data": {"sequence": i}}, next_attempt_at=due)
+        for i in range(deliver.RELEASE_BATCH)
+    )
+    try:
+        stack.start_callbacks(FAST)
+        # when: a pass has handed the whole batch out, and then one more delivery falls due
+        wait_until(lambda: not Delivery.objects.filter(claim_token=None).exists(), timeout=30, message="the batch handed out")
+        late = Delivery.objects.create(endpoint=endpoint, event_type="message.status", source="event:late",
+                                       payload={"type": "message.status", "data": {"sequence": -1}})
+
+        # then: a later pass hands it out while most of the batch still waits for its turn
+        wait_until(lambda: Delivery.objects.filter(pk=late.pk, claim_token__isnull=False).exists(), timeout=60,
+                   message="the late delivery handed out")
+        answered = len(receiver.received)
+        assert answered < deliver.RELEASE_BATCH // 2, f"{answered} of the batch were answered before the next pass ran"
+        # and: every delivery arrives, once
+        wait_until(lambda: not Delivery.objects.exclude(status="SUCCEEDED").exists(), timeout=120, message="all SUCCEEDED")
+        assert len({r.headers["webhook-id"] for r in receiver.accepted()}) == deliver.RELEASE_BATCH + 1
     finally:
         receiver.stop()
         stack.stop_callbacks()

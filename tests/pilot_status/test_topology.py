@@ -42,7 +42,7 @@ def test_the_description_says_what_each_process_is():
         assert process.job and process.concurrency, process.name
         assert (process.ready is None) is (process.listens is not None) or process.name == "beat", process.name
     queues = [queue for p in topology.PROCESSES if p.name.startswith("worker_") for queue in p.queues]
-    assert sorted(queues) == sorted(("otp", "utility", "marketing", "maintenance", "sync", "bulk", "callbacks"))  # each once
+    assert sorted(queues) == sorted(("otp", "utility", "marketing", "maintenance", "sync", "bulk", "callbacks", "callbacks_relay"))  # each once
     relayed = [lane for p in topology.PROCESSES if p.name.startswith("relay") for lane in p.queues]
     assert sorted(relayed) == ["marketing", "otp", "utility"]
 

@@ -27,6 +27,7 @@ LANES = ("otp", "utility", "marketing")
 # The maintenance queues (pilot_status/celery.py), each with its own worker in the Procfile.
 MAINTENANCE_QUEUES = ("maintenance", "sync", "bulk")
 CALLBACKS_QUEUE = "callbacks"
+CALLBACKS_RELAY_QUEUE = "callbacks_relay"
 # Every queue a beat entry goes to (pilot_status/celery.py): start_maintenance serves them all.
 BEAT_QUEUES = (*MAINTENANCE_QUEUES, CALLBACKS_QUEUE)
 
@@ -284,7 +285,7 @@ class Stack:
         ingest = queue_names()
         # The consumer's delay and parking queues too: a message left waiting there by one test
         # would come back in the next one.
-        queues = LANES + MAINTENANCE_QUEUES + (CALLBACKS_QUEUE, ingest.work, *(ingest.retry(d) for d in RETRY_DELAYS_S), ingest.parking)
+        queues = LANES + MAINTENANCE_QUEUES + (CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE, ingest.work, *(ingest.retry(d) for d in RETRY_DELAYS_S), ingest.parking)
         with app.connection_for_write() as conn:
             for queue in queues:
                 channel = conn.channel()  # a missing queue closes its channel: one each

@@ -1,13 +1,15 @@
 """A real HTTP webhook receiver on loopback that checks every request's Standard Webhooks signature.
 
 `mode` says how it answers: "ok" (204), "error" (500) or it is "down" (its port closed, so a
-connection is refused). It keeps every request it saw and whether its signature held.
+connection is refused). It keeps every request it saw and whether its signature held. `delay` (seconds)
+makes every answer wait that long first, like a slow customer server.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -30,9 +32,10 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, secret: Callable[[], str], answer_body: bytes = b""):
+    def __init__(self, secret: Callable[[], str], answer_body: bytes = b"", delay: float = 0.0):
         self.secret = secret  # read at each request: a test may rotate it
         self.answer_body = answer_body
+        self.delay = delay
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hooks/pilot?x=1"
         self.received: list[Received] = []
@@ -53,6 +56,8 @@ class Receiver:
                 except WebhookVerificationError:
                     verified = False
                 status = 500 if receiver.mode == "error" else (204 if verified else 400)
+                if receiver.delay:
+                    time.sleep(receiver.delay)
                 with receiver._lock:
                     receiver.received.append(Received(headers, body, verified, status))
                 self.send_response(status)
