@@ -13,7 +13,7 @@ from .sizes import Sizes
 from .world import Simulator, World, empty_tables, register_all
 
 # Queues a scenario may leave work in, on the Celery broker: the lanes and the callbacks (B3).
-PURGED_QUEUES = (*LANES, "maintenance", "sync", "bulk", "callbacks")
+PURGED_QUEUES = (*LANES, "maintenance", "sync", "bulk", "callbacks", "callbacks_relay")
 
 
 @dataclass
