@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stack, sim, proxy = start_stack()
         settings.EVOLUTION_API_URL = sim.base_url  # the harness's own status sync and instance poll
+        # and its ingestion reconciler's forwards (the default, port 8001, is no one's here: every forward
+        # of an unprocessed event failed with "connection refused" and the safety net did nothing)
+        settings.INTERNAL_WEBHOOK_URL = stack.webhook_url
         settings.STATUS_SYNC_AFTER_SECONDS = 10
         world = build_world()
         ctx = Context(stack, sim, proxy, world, sizes, log=lambda line: print(line, flush=True))
