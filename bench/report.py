@@ -443,11 +443,16 @@ def _appendix_b8(b8: dict[str, Any], results: dict[str, Any]) -> list[str]:
         names = ("release", "to_call", "call", "after_call")
         out += ["", "Where an OTP's accept → SENT went, p50 / p99 ms: the relay's release (accept → dispatched), the wait "
                 "for a lane thread and its claim (→ the call's start), the call to Evolution (latency + typing), the "
-                "SENT write after it.", "",
-                "| pool | latency | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+                "SENT write after it; then the call as the simulator served it (its handler's time) and how much of "
+                "that went beyond the latency and typing asked for (the simulator's event loop running late).", "",
+                "| pool | latency | " + " | ".join(names) + " | served at the simulator | of which late |",
+                "|---|---|" + "---|" * (len(names) + 2)]
         for r in phased:
             cells = [f"{num(r['otp_phases_ms'][n]['p50'])} / {num(r['otp_phases_ms'][n]['p99'])}"
                      if n in r["otp_phases_ms"] else "–" for n in names]
+            gw = r.get("otp_at_gateway_ms") or {}
+            cells += [f"{num(gw.get('served_p50'))} / {num(gw.get('served_p99'))}" if gw else "–",
+                      f"{num(gw.get('late_p50'))} / {num(gw.get('late_p99'))}" if gw else "–"]
             out.append(f"| {r['pool']} | {num(r['latency_s'], 1)} s | " + " | ".join(cells) + " |")
     return out + [""]
 

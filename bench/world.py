@@ -171,6 +171,12 @@ class Simulator:
         response.raise_for_status()
         return dict(response.json())
 
+    def sends(self, instance: str) -> list[dict[str, Any]]:
+        """The sendText calls the simulator still remembers for `instance` (its records, oldest first)."""
+        response = self.http.get(f"{self.base_url}/_control/sends", params={"instance": instance}, timeout=30)
+        response.raise_for_status()
+        return list(response.json())
+
     def emit(self, instance: str, event: str, data: dict[str, Any]) -> Any:
         return self._post("/_control/emit", {"instance": instance, "event": event, "data": data})
 

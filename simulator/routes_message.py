@@ -24,8 +24,12 @@ async def send_text(request: web.Request) -> web.StreamResponse:
     record: dict[str, Any] = {"instance": request.match_info["instance"], "number": None, "text": None,
                               "delay": None, "at": time.time(), "status": None, "id": None,
                               # True once the message reached WhatsApp (whatever the caller hears).
-                              "reached": False, "answer_lost": None}
+                              "reached": False, "answer_lost": None,
+                              # How long this handler took, ms: against the latency and delay it was
+                              # asked for, what the simulator's own event loop added (bench B8).
+                              "served_ms": None}
     world.sends.append(record)
+    started = time.monotonic()
     stats = world.stats  # a reset meanwhile swaps world.stats: finish on the object this call started on
     stats.send_started()
     try:
@@ -34,6 +38,7 @@ async def send_text(request: web.Request) -> web.StreamResponse:
         response = halt.response
     finally:
         stats.send_finished()
+        record["served_ms"] = round((time.monotonic() - started) * 1000, 1)
     record["status"] = response.status
     world.stats.count_send(response.status)
     inst = world.instances.get(record["instance"])

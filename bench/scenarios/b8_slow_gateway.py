@@ -17,14 +17,28 @@ Per run, over a fixed window after the backlog is queued:
   caps and the ceiling (target: >= 0.8 x that);
 - OTP p99 accept -> SENT, against latency + the OTP's longest typing delay + 250 ms;
 - the most sendText calls in flight at once (the simulator's gauge), peak RSS and peak Postgres
-  connections per process kind.
+  connections per process kind;
+- the OTPs' sendText as the simulator served them, and how late its event loop ran beyond the latency and
+  typing asked for.
+
+The gateway on a CPU of its own. Real Evolution runs on other machines; here the simulator shares two
+cores with the whole stack, and the scheduler gives its session one share among the stack's (about a
+quarter of a core when everything runs). At 1 s and 3 s of latency that starved its event loop: the OTPs'
+sendText were served up to 0.5 and 0.8 s (p99) later than asked, which was nearly all of what the OTP p99
+missed its target by (the rest of the call, our side, was under 0.1 s). So B8 raises the simulator's CPU
+weight for its runs (`gateway_cpu`: nice and autogroup -10, root only; the report says when it could not)
+and reports how late it still ran, beside the figures.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from ..backlog import bulk_accept, live_key
@@ -82,6 +96,48 @@ def otp_phases(otp_ids: list[str]) -> dict[str, dict[str, float]]:
             for name, v in phases.items() if v}
 
 
+GATEWAY_NICE = -10
+
+
+@contextmanager
+def gateway_cpu(ctx: Context, nice: int = GATEWAY_NICE) -> Iterator[bool]:
+    """The simulator's process, and its session's autogroup, at `nice` for the block (then back to 0).
+    Yields whether it could be set (raising a priority takes root)."""
+    pids = ctx.roots().get("simulator", [])
+
+    def set_to(value: int) -> bool:
+        try:
+            for pid in pids:
+                os.setpriority(os.PRIO_PROCESS, pid, value)
+                autogroup = Path(f"/proc/{pid}/autogroup")
+                if autogroup.exists() and autogroup.read_text().strip():
+                    autogroup.write_text(str(value))
+            return bool(pids)
+        except OSError as exc:
+            ctx.log(f"  B8: the simulator's priority stays as it was ({exc})")
+            return False
+
+    raised = set_to(nice)
+    try:
+        yield raised
+    finally:
+        if raised:
+            set_to(0)
+
+
+def at_gateway(ctx: Context, instance: str, latency_s: float, since: float) -> dict[str, float]:
+    """The OTPs' sendText as the simulator served them: how long its handler took, and how much of that
+    was beyond the latency and typing delay asked for (its event loop running late), p50 and p99 in ms."""
+    served, late = [], []
+    for r in ctx.sim.sends(instance):
+        if r.get("served_ms") is None or r.get("status") != 201 or r.get("at", 0) < since:
+            continue
+        served.append(float(r["served_ms"]))
+        late.append(float(r["served_ms"]) - float(r.get("delay") or 0) - latency_s * 1000)
+    return {"served_p50": round(percentile(served, 50), 1), "served_p99": round(percentile(served, 99), 1),
+            "late_p50": round(percentile(late, 50), 1), "late_p99": round(percentile(late, 99), 1), "calls": len(served)}
+
+
 def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = TYPING_ON) -> dict[str, Any]:
     from django.conf import settings
     from django.utils import timezone
@@ -96,6 +152,7 @@ def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = 
     port = int(settings.DATABASES["default"].get("PORT") or 5432)
     otp_ids: list[str] = []
     window = sizes.b8_seconds
+    run_began = time.time()
     with Sampler(ctx.roots()) as rss, PeakConnections(ctx.roots(), port) as conns, ctx.cpu() as meter:
         started = time.monotonic()
         bulk_accept(ctx.world.a.project, live_key(ctx.world.a.project), ctx.world.a.recipients, sizes.b8_messages,
@@ -128,6 +185,7 @@ def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = 
         "otps": len(otp_ms), "otp_p50_ms": percentile(otp_ms, 50), "otp_p99_ms": percentile(otp_ms, 99),
         "otp_phases_ms": otp_phases(otp_ids),
         "otp_target_ms": round(otp_target), "otp_met": percentile(otp_ms, 99) <= otp_target,
+        "otp_at_gateway_ms": at_gateway(ctx, ctx.world.official.name, latency_s, run_began),
         "peak_rss_mb": {kind: round(mb, 1) for kind, mb in rss.peak.items()},
         "peak_db_connections": dict(conns.peak),
         "cpu": cpu_summary(meter),
@@ -139,23 +197,24 @@ def run(ctx: Context) -> dict[str, Any]:
     latencies = [float(x) for x in str(sizes.b8_latencies).split(",") if x.strip()]
     pools = [p.strip() for p in str(sizes.b8_pools).split(",") if p.strip()]
     runs: list[dict[str, Any]] = []
-    try:
-        ctx.stack.restart_lane_workers("threads", TYPING_OFF)
-        ceiling = one_run(ctx, 0.0, "threads", TYPING_OFF)
-        ctx.log(f"  B8 ceiling (threads, latency 0, typing off): {ceiling['throughput_per_s']}/s, "
-                f"machine busy {ceiling['cpu'].get('machine_busy_share')}")
-        for pool in pools:
-            ctx.stack.restart_lane_workers(pool, TYPING_ON)
-            for latency in latencies:
-                result = one_run(ctx, latency, pool)
-                runs.append(result)
-                ctx.log(f"  B8 {pool} at {latency} s: {result['throughput_per_s']}/s "
-                        f"({result['share_of_caps']} of the caps' {result['pacing_caps_per_s']}/s), "
-                        f"{result['max_in_flight']} in flight at most, OTP p99 {result['otp_p99_ms']:.0f} ms "
-                        f"(target {result['otp_target_ms']}), db connections {result['peak_db_connections']}")
-    finally:
-        ctx.stack.restart_lane_workers()  # as the stack started them: the other scenarios run without typing
-        ctx.fresh()
+    with gateway_cpu(ctx) as raised:
+        try:
+            ctx.stack.restart_lane_workers("threads", TYPING_OFF)
+            ceiling = one_run(ctx, 0.0, "threads", TYPING_OFF)
+            ctx.log(f"  B8 ceiling (threads, latency 0, typing off): {ceiling['throughput_per_s']}/s, "
+                    f"machine busy {ceiling['cpu'].get('machine_busy_share')}")
+            for pool in pools:
+                ctx.stack.restart_lane_workers(pool, TYPING_ON)
+                for latency in latencies:
+                    result = one_run(ctx, latency, pool)
+                    runs.append(result)
+                    ctx.log(f"  B8 {pool} at {latency} s: {result['throughput_per_s']}/s "
+                            f"({result['share_of_caps']} of the caps' {result['pacing_caps_per_s']}/s), "
+                            f"{result['max_in_flight']} in flight at most, OTP p99 {result['otp_p99_ms']:.0f} ms "
+                            f"(target {result['otp_target_ms']}), db connections {result['peak_db_connections']}")
+        finally:
+            ctx.stack.restart_lane_workers()  # as the stack started them: the other scenarios run without typing
+            ctx.fresh()
     # The bar: the pacing caps, or what this machine sends with nothing to wait on where that is lower.
     bar = min(ceiling["pacing_caps_per_s"], ceiling["throughput_per_s"])
     for r in runs:
@@ -166,5 +225,6 @@ def run(ctx: Context) -> dict[str, Any]:
         "ceiling": ceiling, "bar_per_s": bar,
         "messages": sizes.b8_messages, "instances": sizes.b8_instances, "window_s": sizes.b8_seconds,
         "otp_rate": sizes.b8_otp_rate, "typing": TYPING_ON, "text_chars": len(TEXT), "runs": runs,
+        "gateway_nice": GATEWAY_NICE if raised else 0,
         "met": bool(threads) and all(r["throughput_met"] and r["otp_met"] for r in threads),
     }
