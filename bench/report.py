@@ -153,6 +153,13 @@ def _row_b7(b7: dict[str, Any]) -> list[str]:
             "| none stated (issue 23, spec) | report only |"]
 
 
+def _slowest(entries: Any) -> str:
+    """B3's slowest OTPs as (position, ms, [relay, pickup, http], accept ms), whether read back from JSON or not."""
+    if not entries:
+        return "–"
+    return ", ".join(f"({pos}, {ms}, {list(parts)}, {accept})" for pos, ms, parts, accept in entries)
+
+
 def _b8_gateway(b8: dict[str, Any]) -> str:
     if b8.get("gateway_nice"):
         return (f"The simulator ran at nice {b8['gateway_nice']} (its session's autogroup too) for B8: the real "
@@ -320,7 +327,7 @@ def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
     for i, (a, b) in enumerate(zip(b3["idle"]["runs"], b3["backlog_run"]["runs"])):
         for label, r in (("idle", a), ("with backlog", b)):
             out.append(f"| {i + 1} | {label} | {num(r['p50_ms'])} / {num(r['p99_ms'])} ms | {segment(r, 'relay')} | "
-                       f"{segment(r, 'pickup')} | {segment(r, 'http')} | {r.get('slowest', '–')} | "
+                       f"{segment(r, 'pickup')} | {segment(r, 'http')} | {_slowest(r.get('slowest'))} | "
                        f"{num(r.get('backlog_left')) if label != 'idle' else ''} | {_callbacks_cell(r)} |")
     return out + [""]
 
