@@ -157,7 +157,8 @@ def _slowest(entries: Any) -> str:
     """B3's slowest OTPs as (position, ms, [relay, pickup, http], accept ms), whether read back from JSON or not."""
     if not entries:
         return "–"
-    return ", ".join(f"({pos}, {ms}, {list(parts)}, {accept})" for pos, ms, parts, accept in entries)
+    return ", ".join("(" + ", ".join(str(part) for part in entry) + ")" if isinstance(entry, (list, tuple)) else str(entry)
+                     for entry in entries)
 
 
 def _b8_gateway(b8: dict[str, Any]) -> str:
