@@ -176,15 +176,8 @@ def callbacks_on(project: Any, receiver: Receiver, relay: bool = True, descripti
 
 def _purge_callbacks_queue() -> None:
     from bench.celery_app import app
-
+    from bench.context import purge
     from pilot_status.celery import CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE
 
     with app.connection_for_write() as conn:
-        for queue in (CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE):
-            channel = conn.channel()  # a missing queue closes its channel: one each
-            try:
-                channel.queue_purge(queue)
-            except Exception:
-                pass  # not declared (no task was ever published): nothing to drop
-            finally:
-                channel.close()
+        purge(conn, (CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE))

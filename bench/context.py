@@ -76,14 +76,14 @@ def purge_queues() -> None:
     from ingestion.consumer import topology
 
     with app.connection_for_write() as conn:
-        _purge(conn, PURGED_QUEUES)
+        purge(conn, PURGED_QUEUES)
     if settings.EVOLUTION_RABBITMQ_URL:
         ours = topology()
         with Connection(settings.EVOLUTION_RABBITMQ_URL) as conn:
-            _purge(conn, tuple(str(q.name) for q in (ours.work, *ours.retries)))
+            purge(conn, tuple(str(q.name) for q in (ours.work, *ours.retries)))
 
 
-def _purge(conn: Any, queues: tuple[str, ...]) -> None:
+def purge(conn: Any, queues: tuple[str, ...]) -> None:
     for queue in queues:
         try:
             conn.default_channel.queue_purge(queue)
