@@ -181,6 +181,13 @@ def _b8_bar(b8: dict[str, Any]) -> tuple[float, str]:
     return b8["bar_per_s"], f"lower of the caps ({num(caps)}/s) and the CPU ceiling ({num(ceiling, 1)}/s)"
 
 
+def _b8_otp(r: dict[str, Any]) -> str:
+    """The OTP p99 as judged (the simulator's own lateness taken off each call) and as measured."""
+    if r.get("otp_p99_punctual_ms") is None:  # a run from before the punctual figure
+        return f"{num(r['otp_p99_ms'])} ms"
+    return f"{num(r['otp_p99_punctual_ms'])} ms with the simulator's lateness taken off (measured {num(r['otp_p99_ms'])} ms)"
+
+
 def _row_b8(b8: dict[str, Any]) -> list[str]:
     rows = []
     bar, bar_text = _b8_bar(b8)
@@ -190,7 +197,7 @@ def _row_b8(b8: dict[str, Any]) -> list[str]:
         old = next((o for o in b8["runs"] if o["pool"] == "prefork" and o["latency_s"] == r["latency_s"]), None)
         share = r.get("share_of_bar", r["share_of_caps"])
         rows.append(f"| B8 | at {num(r['latency_s'], 1)} s latency, typing on: {num(r['throughput_per_s'], 1)} UTILITY/s "
-                    f"(prefork: {num(old['throughput_per_s'], 1) if old else '–'}/s); OTP p99 {num(r['otp_p99_ms'])} ms "
+                    f"(prefork: {num(old['throughput_per_s'], 1) if old else '–'}/s); OTP p99 {_b8_otp(r)} "
                     f"| {bar_text}; OTP ≤ {r['otp_target_ms']} ms "
                     f"| {num(share, 2)}× | ≥ 0.8×; OTP p99 ≤ latency + typing + 250 ms "
                     f"| {status(r['throughput_met'] and r['otp_met'])} |")
@@ -463,7 +470,10 @@ def _appendix_b8(b8: dict[str, Any], results: dict[str, Any]) -> list[str]:
         out += ["", "Where an OTP's accept → SENT went, p50 / p99 ms: the relay's release (accept → dispatched), the wait "
                 "for a lane thread and its claim (→ the call's start), the call to Evolution (latency + typing), the "
                 "SENT write after it; then the call as the simulator served it (its handler's time) and how much of "
-                "that went beyond the latency and typing asked for (the simulator's event loop running late).", "",
+                "that went beyond the latency and typing asked for (the simulator's event loop running late). The OTP "
+                "target is judged on each OTP's accept → SENT less that lateness on its own call: the time it would "
+                "have taken had the stand-in answered when asked (our side's time, and a call's wait for the "
+                "simulator to start handling it, stay in).", "",
                 "| pool | latency | " + " | ".join(names) + " | served at the simulator | of which late |",
                 "|---|---|" + "---|" * (len(names) + 2)]
         for r in phased:

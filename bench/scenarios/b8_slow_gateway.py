@@ -15,7 +15,8 @@ Per run, over a fixed window after the backlog is queued:
 - throughput: UTILITY messages SENT per second once the first sends could be back (after latency +
   the longest typing + 1 s), to the end of the window, against the lower of the sum of the five pacing
   caps and the ceiling (target: >= 0.8 x that);
-- OTP p99 accept -> SENT, against latency + the OTP's longest typing delay + 250 ms;
+- OTP p99 accept -> SENT, against latency + the OTP's longest typing delay + 250 ms, judged on each OTP's
+  time less the simulator's own lateness on its call (`punctual_ms`); the raw p99 is reported beside it;
 - the most sendText calls in flight at once (the simulator's gauge), peak RSS and peak Postgres
   connections per process kind;
 - the OTPs' sendText as the simulator served them, and how late its event loop ran beyond the latency and
@@ -27,7 +28,10 @@ quarter of a core when everything runs). At 1 s and 3 s of latency that starved 
 sendText were served up to 0.5 and 0.8 s (p99) later than asked, which was nearly all of what the OTP p99
 missed its target by (the rest of the call, our side, was under 0.1 s). So B8 raises the simulator's CPU
 weight for its runs (`gateway_cpu`: nice and autogroup -10, root only; the report says when it could not)
-and reports how late it still ran, beside the figures.
+and reports how late it still ran, beside the figures. What lateness remains is the stand-in's, not the
+product's: the OTP target is judged on each OTP's time less its call's own overrun at the simulator (the
+handler's time beyond the latency and typing it was asked for), which keeps every millisecond spent on our
+side, including a call's wait for the simulator to start handling it.
 """
 
 from __future__ import annotations
@@ -125,17 +129,29 @@ def gateway_cpu(ctx: Context, nice: int = GATEWAY_NICE) -> Iterator[bool]:
             set_to(0)
 
 
-def at_gateway(ctx: Context, instance: str, latency_s: float, since: float) -> dict[str, float]:
+def at_gateway(ctx: Context, instance: str, latency_s: float, since: float) -> dict[str, Any]:
     """The OTPs' sendText as the simulator served them: how long its handler took, and how much of that
-    was beyond the latency and typing delay asked for (its event loop running late), p50 and p99 in ms."""
-    served, late = [], []
+    was beyond the latency and typing delay asked for (its event loop running late), p50 and p99 in ms;
+    `late_by_id`: each answered call's lateness by the message id the simulator gave it."""
+    served, late, late_by_id = [], [], {}
     for r in ctx.sim.sends(instance):
         if r.get("served_ms") is None or r.get("status") != 201 or r.get("at", 0) < since:
             continue
         served.append(float(r["served_ms"]))
         late.append(float(r["served_ms"]) - float(r.get("delay") or 0) - latency_s * 1000)
+        if r.get("id"):
+            late_by_id[r["id"]] = late[-1]
     return {"served_p50": round(percentile(served, 50), 1), "served_p99": round(percentile(served, 99), 1),
-            "late_p50": round(percentile(late, 50), 1), "late_p99": round(percentile(late, 99), 1), "calls": len(served)}
+            "late_p50": round(percentile(late, 50), 1), "late_p99": round(percentile(late, 99), 1), "calls": len(served),
+            "late_by_id": late_by_id}
+
+
+def punctual_ms(rows: list[tuple[Any, Any, str]], late_by_id: dict[str, float]) -> list[float]:
+    """Each OTP's accept → SENT less the time the simulator's handler ran beyond the latency and typing it was
+    asked for: the OTP's time had the stand-in answered when asked. Only the handler's own overrun comes off;
+    a call waiting for the simulator to start it, and everything on our side, stays in. Unsent: infinite."""
+    return [(sent - created).total_seconds() * 1000 - max(0.0, late_by_id.get(gateway_id, 0.0))
+            if sent else float("inf") for created, sent, gateway_id in rows]
 
 
 def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = TYPING_ON) -> dict[str, Any]:
@@ -172,8 +188,10 @@ def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = 
         stream.join(timeout=60)
         # The stream's last OTPs get their latency plus typing to be sent before they are judged.
         time.sleep(latency_s + 1)
-    rows = Message.objects.filter(pk__in=otp_ids).values_list("created_at", "sent_at")
-    otp_ms = [(s - c).total_seconds() * 1000 if s else float("inf") for c, s in rows]
+    rows = list(Message.objects.filter(pk__in=otp_ids).values_list("created_at", "sent_at", "evolution_message_id"))
+    otp_ms = [(s - c).total_seconds() * 1000 if s else float("inf") for c, s, _ in rows]
+    gateway = at_gateway(ctx, ctx.world.official.name, latency_s, run_began)
+    punctual = punctual_ms(rows, gateway.pop("late_by_id"))
     caps = _pacing_caps(len(instances))
     throughput = sent / elapsed if elapsed > 0 else 0.0
     otp_target = latency_s * 1000 + _otp_typing_max_ms(typing) + 250
@@ -184,8 +202,9 @@ def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = 
         "max_in_flight": ctx.sim.stats()["send_text"].get("max_in_flight"),
         "otps": len(otp_ms), "otp_p50_ms": percentile(otp_ms, 50), "otp_p99_ms": percentile(otp_ms, 99),
         "otp_phases_ms": otp_phases(otp_ids),
-        "otp_target_ms": round(otp_target), "otp_met": percentile(otp_ms, 99) <= otp_target,
-        "otp_at_gateway_ms": at_gateway(ctx, ctx.world.official.name, latency_s, run_began),
+        "otp_p99_punctual_ms": percentile(punctual, 99),
+        "otp_target_ms": round(otp_target), "otp_met": percentile(punctual, 99) <= otp_target,
+        "otp_at_gateway_ms": gateway,
         "peak_rss_mb": {kind: round(mb, 1) for kind, mb in rss.peak.items()},
         "peak_db_connections": dict(conns.peak),
         "cpu": cpu_summary(meter),

@@ -71,6 +71,8 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     assert sorted({r["pool"] for r in b8}) == ["prefork", "threads"]
     assert all(_is_figure(r["throughput_per_s"]) and isinstance(r["max_in_flight"], int) for r in b8)
     assert all(set(r["peak_db_connections"]) >= {"worker", "web"} and r["peak_rss_mb"]["worker"] > 0 for r in b8)
+    # the OTPs judged with the simulator's lateness taken off each call: never more than as measured
+    assert all(r["otp_p99_punctual_ms"] <= r["otp_p99_ms"] for r in b8)
     report = out.read_text()
     for row in (*SCENARIOS, "M"):
         assert f"| {row} |" in report
