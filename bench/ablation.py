@@ -207,6 +207,7 @@ def measure_b1(ctx: Any) -> dict[str, Any]:
     from messaging.models import Message
 
     from .loadgen import post_load
+    from .procstats import CpuMeter
     from .scenarios.b1_accept import BASELINE_PATH, SEND_PATH, _as_dict, send_body
     from .world import empty_tables
 
@@ -225,17 +226,23 @@ def measure_b1(ctx: Any) -> dict[str, Any]:
         post_load(ctx.stack.web_url + BASELINE_PATH, body, sizes.b1_connections, 1)
         post_load(ctx.stack.web_url + SEND_PATH, body, sizes.b1_connections, 1, token=ctx.world.a.live_key)
         empty_tables()
-        base = post_load(ctx.stack.web_url + BASELINE_PATH, body, sizes.b1_connections, sizes.b1_seconds)
+        roots = {**ctx.roots(), **own_server_roots()}
+        with CpuMeter(roots) as base_cpu:
+            base = post_load(ctx.stack.web_url + BASELINE_PATH, body, sizes.b1_connections, sizes.b1_seconds)
         empty_tables()
-        funnel = post_load(ctx.stack.web_url + SEND_PATH, body, sizes.b1_connections, sizes.b1_seconds,
-                           token=ctx.world.a.live_key, idempotency=True)
+        with CpuMeter(roots) as funnel_cpu:
+            funnel = post_load(ctx.stack.web_url + SEND_PATH, body, sizes.b1_connections, sizes.b1_seconds,
+                               token=ctx.world.a.live_key, idempotency=True)
         stored = Message.objects.count() >= funnel.requests - funnel.errors
         empty_tables()
     finally:
         ctx.stack.start_process("relay")
         ctx.stack.start_process("relay-otp")
+    cpu = {"baseline": cpu_ms_per_unit(base_cpu, base.requests), "funnel": cpu_ms_per_unit(funnel_cpu, funnel.requests)}
     return {"baseline": _as_dict(base), "funnel": _as_dict(funnel), "every_202_stored": stored,
-            "ratio": _ratio(funnel.rate, base.rate), "p99_ratio": _ratio(funnel.p99_ms, base.p99_ms)}
+            "ratio": _ratio(funnel.rate, base.rate), "p99_ratio": _ratio(funnel.p99_ms, base.p99_ms),
+            "cpu_ms_per_request": cpu,
+            "cpu_ratio": _ratio(cpu["funnel"].get("stack"), cpu["baseline"].get("stack"))}
 
 
 def measure_b5(ctx: Any, baseline_before: float) -> dict[str, Any]:
@@ -439,6 +446,7 @@ def run_slot(variant: Variant, config: StackConfig, world: Any, sizes: AblationS
 FIGURES = (
     ("b1_ratio", "B1 ratio", ("b1", "ratio"), +1, 2),
     ("b1_p99_ratio", "B1 p99 ratio", ("b1", "p99_ratio"), -1, 2),
+    ("b1_cpu_ratio", "B1 CPU ratio", ("b1", "cpu_ratio"), -1, 2),
     ("b3_ratio", "B3 ratio", ("b3", "ratio"), -1, 2),
     ("b5_ratio", "B5 ratio", ("b5", "ratio"), +1, 2),
     ("b2_cpu_ms", "B2 CPU ms/msg", ("b2", "cpu_ms_per_message", "stack"), -1, 1),
@@ -456,6 +464,7 @@ EXTRA = (
     ("b3_idle_p99_ms", ("b3", "idle_p99_ms")),
 )
 FLOORS = {"B1": "≥ 0.7× with p99 ≤ 1.5× the bare insert's", "B3": "≤ 1.5×", "B5": "≥ 0.5×"}
+MISSING = {"median": math.nan, "min": math.nan, "max": math.nan, "runs": []}  # a figure an older run did not record
 FLOOR_FIGURES = {"B1": ("b1_ratio", "b1_p99_ratio"), "B3": ("b3_ratio",), "B5": ("b5_ratio",)}
 COST = 0.05  # a device that costs more than this share of a figure when off earns its place
 
@@ -520,10 +529,11 @@ def verdict(figures: dict[str, Any], reference: dict[str, Any]) -> tuple[str, li
     counted = False
     clear: dict[str, bool] = {}
     for key, column, _, better, _ in FIGURES:
-        moved = change(figures[key]["median"], reference[key]["median"])
+        figure, base = figures.get(key, MISSING), reference.get(key, MISSING)
+        moved = change(figure["median"], base["median"])
         if math.isnan(moved) or -better * moved <= COST:
             continue
-        clear[key], how = shown(figures[key], reference[key], better)
+        clear[key], how = shown(figure, base, better)
         counted |= clear[key]
         reasons.append(f"{column} {percent(moved)} ({how}{'' if clear[key] else ': noise'})")
     before, after = met(reference), met(figures)
@@ -549,6 +559,8 @@ def _ratio_text(value: float) -> str:
 
 def _cell(figure: dict[str, Any], reference: dict[str, Any] | None, digits: int) -> str:
     text = _num(figure["median"], digits)
+    if math.isnan(figure["median"]):
+        return text
     if figure["min"] != figure["max"] and not math.isnan(figure["min"]):
         text += f" ({_num(figure['min'], digits)}–{_num(figure['max'], digits)})"
     if reference is not None:
@@ -572,7 +584,7 @@ def render(results: dict[str, Any]) -> list[str]:
         + (" **Smoke run: tiny sizes, the figures mean nothing.**" if results.get("smoke") else ""),
         "",
         f"Per variant and round: B1 one {sizes['b1_seconds']:g}-s wrk run each of the bare DRF insert and the funnel "
-        f"({sizes['b1_connections']} connections; p99 ratio = the funnel's p99 over the bare insert's); B5 {sizes['b5_events']:,} "
+        f"({sizes['b1_connections']} connections; p99 ratio = the funnel's p99 over the bare insert's; CPU ratio = the stack's and its servers' CPU per accepted request over per bare insert, the figure that bounds B1's rate on a CPU-bound machine and moves least with the host's load); B5 {sizes['b5_events']:,} "
         f"events against the bare insert before and after; B3 {sizes['b3_otps']} OTPs at {sizes['b3_otp_rate']:g}/s idle, then "
         f"behind {sizes['b3_backlog']:,} marketing (p99 ratio); B2 {sizes['b2_messages']:,} messages to READ: CPU ms per "
         f"message of the stack's processes and its own servers, and SENT/s with another tenant's OTPs at "
@@ -582,18 +594,19 @@ def render(results: dict[str, Any]) -> list[str]:
         f"round, or the two ranges apart. A larger change the noise could make is marked \"noise\" and counts for "
         f"nothing. B2 SENT/s with OTPs is shown, not judged.",
         "",
-        "| device off | switch | B1 ratio | B1 p99 ratio | B3 ratio | B5 ratio | B2 CPU ms/msg | B2 SENT/s with OTPs | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| device off | switch | B1 ratio | B1 p99 ratio | B1 CPU ratio | B3 ratio | B5 ratio | B2 CPU ms/msg "
+        "| B2 SENT/s with OTPs | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, info in variants.items():
         summary = summaries.get(key)
         switch = " ".join(f"`{k}={v}`" for k, v in info["env"].items()) or "–"
         if not summary or not summary["rounds"] or summary["errors"] == summary["rounds"]:
-            lines.append(f"| {info['device']} | {switch} | " + " | ".join(["–"] * 6) + " | not measured |")
+            lines.append(f"| {info['device']} | {switch} | " + " | ".join(["–"] * (len(FIGURES) + 1)) + " | not measured |")
             continue
         figures = summary["figures"]
         is_reference = key == REFERENCE
-        cells = [_cell(figures[k], None if is_reference or reference is None else reference[k], digits)
+        cells = [_cell(figures.get(k, MISSING), None if is_reference or reference is None else reference.get(k, MISSING), digits)
                  for k, _, _, _, digits in FIGURES]
         with_otps = (f"{_num(figures['b2_sent_rate_with_otps']['median'], 0)} "
                      f"({_ratio_text(figures['b2_with_otps_ratio']['median'])} alone)")
