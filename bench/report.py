@@ -8,10 +8,11 @@ explains the part of the stack it judges. Earlier runs are in git (`git log -p d
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 from typing import Any, Callable
+
+from .ablation_table import render as render_ablation
 
 # The order of the summary and of the appendix.
 SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
@@ -540,16 +541,10 @@ def appendix(results: dict[str, Any]) -> list[str]:
 
 
 def _ablation(results: dict[str, Any]) -> list[str]:
-    """bench.ablation renders its own table; a JSON without one, or a checkout without the module, has none."""
+    """The ablation's table (bench.ablation_table), when the JSON has one (`--ablation-json`)."""
     if "ablation" not in results:
         return []
-    try:
-        module = importlib.import_module("bench.ablation")
-    except ModuleNotFoundError as missing:
-        if missing.name != "bench.ablation":
-            raise
-        return []
-    return ["### Ablation", "", *module.render(results["ablation"]), ""]
+    return ["### Ablation", "", *render_ablation(results["ablation"]), ""]
 
 
 # --- the page -------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`python -m bench --ablation` (bench/ablation.py): the verdict rule and the table on given figures, the
+"""`python -m bench --ablation` (bench/ablation.py, bench/ablation_table.py): the verdict rule and the table on given figures, the
 variants' order, which servers are ours, and the whole harness end to end at smoke sizes.
 
 The end-to-end test asserts no speed (benchmarks measure, tests do not time): it checks that every variant
@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from bench import ablation
-from bench.ablation import REFERENCE, VARIANTS, render, rounds_order, select, verdict
+from bench import ablation, ablation_table
+from bench.ablation import VARIANTS, rounds_order, select
+from bench.ablation_table import REFERENCE, render, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,8 +28,8 @@ TODAY = {"b1_ratio": 0.8, "b1_p99_ratio": 1.3, "b1_cpu_ratio": 1.4, "b3_ratio": 
 
 
 def _figures(rounds: list[dict[str, float]]) -> dict[str, Any]:
-    """A variant's summary figures as bench.ablation.summarize shapes them, from each round's values."""
-    keys = {*TODAY, *(key for key, _ in ablation.EXTRA)}
+    """A variant's summary figures as bench.ablation_table.summarize shapes them, from each round's values."""
+    keys = {*TODAY, *(key for key, _ in ablation_table.EXTRA)}
     figures = {}
     for key in keys:
         values = [r.get(key, math.nan) for r in rounds]
@@ -112,7 +113,7 @@ def test_one_round_alone_shows_nothing_unless_its_value_is_outside_the_reference
     off = _figures([_same(b5_ratio=0.5)])  # -17 % in its single round: one pair is no evidence, but apart
 
     assert verdict(off, reference) == ("earns its place", ["B5 ratio -17 % (worse in 1 of 1 rounds, ranges apart)"])
-    assert ablation.shown(_figures([_same(b5_ratio=0.5)])["b5_ratio"],
+    assert ablation_table.shown(_figures([_same(b5_ratio=0.5)])["b5_ratio"],
                           _figures([_same(b5_ratio=0.6)])["b5_ratio"], +1) == (True, "worse in 1 of 1 rounds, ranges apart")
 
 
