@@ -58,7 +58,6 @@ VARIANTS = (
     Variant("remembered-routing", "remembered routing guards", {"ACCEPT_REMEMBER_ROUTING": "0"}),
     Variant("prepared", "prepared statements", {"DATABASE_PREPARED_STATEMENTS": "0"}),
     Variant("plain-validator", "second validator", {"SEND_PLAIN_VALIDATOR": "0"}),
-    Variant("otp-window", "OTP window", {"OTP_WINDOW_MS": "0"}),
     Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),
     Variant("metrics-carry", "metrics carry", {"METRICS_FLUSH_SECONDS": "0"}),
     Variant("ack-batch", "batched consumer ACKs", {"CONSUMER_ACK_BATCH": "1"}),

@@ -280,7 +280,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             self._park(message, "not an Evolution event")
             return "parked"
         self._check_connection()
-        with event_lock(inbox.dedup_key(payload), skipped_counter="rabbitmq:skipped", yields_as="consumer") as hold:
+        with event_lock(inbox.dedup_key(payload), skipped_counter="rabbitmq:skipped") as hold:
             if hold.done:  # the webhook processed it (committed): no statement; counted by the lock
                 self.acks.add(message)
                 return "skipped"

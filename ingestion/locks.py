@@ -14,10 +14,6 @@ One round trip to take the lock (a script around SET NX GET EX that also bumps t
 "skipped" counter when it finds the done mark) and one to give it back; every counter bumped in
 this thread meanwhile (`metrics.batched`: the event's own and the message's status counters) rides
 along with the release in the same pipeline. A copy skipped on the done mark costs one round trip.
-
-The take also looks at the OTP window (messaging.otp_window) for the caller: when an OTP's window is
-open it takes nothing and answers how long the window has left; the caller waits it out and takes
-the lock then (one more round trip, only while OTPs are in flight).
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from messaging import otp_window
 from pilot_status import metrics
 
 log = logging.getLogger(__name__)
@@ -42,10 +37,8 @@ DONE = b"done"
 DONE_TTL_SECONDS = 120
 
 # Take the lock, or tell who has it: nil when taken, else the holder's token or the done mark,
-# in which case the copy is skipped and counted as such (KEYS[2]) in the same round trip. Given the
-# OTP window's key (KEYS[3]) and the window open: the milliseconds it has left, and nothing taken.
+# in which case the copy is skipped and counted as such (KEYS[2]) in the same round trip.
 _TAKE = (
-    "if KEYS[3] then local left = redis.call('pttl', KEYS[3]) if left > 0 then return left end end "
     "local held = redis.call('set', KEYS[1], ARGV[1], 'NX', 'GET', 'EX', ARGV[2]) "
     "if held == ARGV[3] then redis.call('incrby', KEYS[2], 1) end return held"
 )
@@ -88,12 +81,11 @@ class Hold:
 
 
 @contextmanager
-def event_lock(dedup_key: str, skipped_counter: str, yields_as: str | None = None) -> Iterator[Hold]:
+def event_lock(dedup_key: str, skipped_counter: str) -> Iterator[Hold]:
     """Yields a Hold, false when another process holds the event right now or has finished it.
 
     `skipped_counter` (an evolution counter name) is bumped by the lock itself when it finds the
-    event done; the caller then only skips the copy. With `yields_as` (background work: the OTP
-    window's counter label), an open OTP window is waited out before the lock is taken.
+    event done; the caller then only skips the copy.
     """
     global _take
     key = LOCK_PREFIX + dedup_key
@@ -103,13 +95,8 @@ def event_lock(dedup_key: str, skipped_counter: str, yields_as: str | None = Non
         client = metrics.redis()
         if _take is None:  # EVALSHA; redis-py's Script loads it again after a NOSCRIPT
             _take = client.register_script(_TAKE)
-        keys = [key, metrics.EVOLUTION + skipped_counter]
-        args = [token, LOCK_TTL_SECONDS, DONE]
-        window = otp_window.window_to_look_at() if yields_as else None
-        held = _take(keys=[*keys, window] if window else keys, args=args, client=client)
-        if isinstance(held, int) and yields_as:  # the window's milliseconds left: nothing was taken yet
-            otp_window.yield_to(held, yields_as)
-            held = _take(keys=keys, args=args, client=client)
+        held = _take(keys=[key, metrics.EVOLUTION + skipped_counter], args=[token, LOCK_TTL_SECONDS, DONE],
+                     client=client)
     except Exception as exc:  # Redis down or slow: see module docstring
         log.debug("event lock unavailable (%s); relying on the inbox", exc)
         client, held = None, None

@@ -31,7 +31,7 @@ def receive_webhook(payload: dict[str, Any]) -> Received:
 
     Database errors propagate (the view answers 503 so that Evolution retries).
     """
-    with event_lock(inbox.dedup_key(payload), skipped_counter="webhook:skipped", yields_as="webhook") as hold:
+    with event_lock(inbox.dedup_key(payload), skipped_counter="webhook:skipped") as hold:
         if hold.done:  # the other channel (or an earlier POST) processed it; counted by the lock
             return Received(SKIPPED, handlers.ALREADY_PROCESSED)
         if not hold:

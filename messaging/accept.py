@@ -29,13 +29,12 @@ from django.utils import timezone
 
 from pilot_status.database import checking_connection
 
-from . import otp_window, remembered, rules
+from . import remembered, rules
 from .errors import Rejected
 from .funnel import IDEMPOTENCY_TTL as IDEMPOTENCY_TTL  # messaging.reconciler's, too
 from .funnel import judge, read_facts
 from .models import (
     ApiKey,
-    Category,
     EventKind,
     IdempotencyRecord,
     Instance,
@@ -243,8 +242,6 @@ def accept_message(
     or refuses another body with 409), Rejected when a funnel check refuses.
     """
     asked = _Accepting(project, api_key, environment, req, idempotency_key, request_hash, timezone.now())
-    if req.category == Category.OTP:
-        otp_window.open_window()  # before the write: the background quiets down while this OTP goes
     remembering = settings.ACCEPT_REMEMBER_ROUTING and settings.ACCEPT_ONE_STATEMENT  # the guard needs the one statement
     seen = remembered.candidates_seen(project, req) if remembering else None
     if seen is not None:

@@ -31,7 +31,6 @@ from django.utils import timezone
 
 from pilot_status.celery import LANES, app
 
-from . import otp_window
 from .lane_publisher import LanePublisher
 from .models import EventKind, Message, OutboxEntry
 from .sending import pacing
@@ -306,8 +305,6 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
         with connection.cursor() as cursor:
             cursor.execute(_RELEASED, {"ids": [c.pk for c in chosen], "now": now, "kind": EventKind.DISPATCHED,
                                        "detail": json.dumps({"lane": lane})})
-        if lane == otp_window.OTP_LANE:
-            otp_window.open_window()
         lane_publisher().publish(lane, (candidate.message_id for candidate in chosen))
         clock.mark("publish")
     clock.mark("commit")
@@ -322,8 +319,6 @@ def release_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
     depths = lane_depths(lanes)
     total = Release(phases={"depths": time.monotonic() - started})
     for lane in lanes:
-        if otp_window.lane_waits(lane):
-            otp_window.wait_for_window(f"relay:{lane}")
         slots = min(limit, settings.RELAY_LANE_DEPTH - depths[lane])
         total += release_lane(lane, slots, now)
     return total

@@ -368,24 +368,19 @@ SEND_RATE_BURST = envint("SEND_RATE_BURST", 10, minimum=1)
 # Fair release (issue 4 §7): the relay keeps at most this many ready tasks in each lane's queue,
 # and releases them round-robin by project, so a blast cannot bury another project's messages.
 RELAY_LANE_DEPTH = envint("RELAY_LANE_DEPTH", 100, minimum=1)
-# An OTP's accept and release open a window this long in which background work (other lanes' sends,
-# webhooks, the bulk relay's passes) waits before it starts (messaging.otp_window); 0 turns it off.
-OTP_WINDOW_MS = envint("OTP_WINDOW_MS", 50, minimum=0)
-if OTP_WINDOW_MS > 1000:
-    raise ImproperlyConfigured(f"OTP_WINDOW_MS must be at most 1000 (one OTP's way to SENT), got {OTP_WINDOW_MS}")
 # A claim's lease must outlive the claim's worst case (messaging.sending.budget: timeouts, typing delay,
-# send slot, OTP window), or a second worker could take a message that is still being sent (issue 22):
+# send slot), or a second worker could take a message that is still being sent (issue 22):
 # by default it is that worst case plus a margin (at least 60 s), and a shorter SEND_LEASE_SECONDS is
 # refused at start-up.
 SEND_LEASE_SECONDS_NEEDED = lease_seconds_needed(
-    EVOLUTION_CONNECT_TIMEOUT, EVOLUTION_READ_TIMEOUT, TYPING_DELAY_MAX_MS, OTP_WINDOW_MS
+    EVOLUTION_CONNECT_TIMEOUT, EVOLUTION_READ_TIMEOUT, TYPING_DELAY_MAX_MS
 )
 SEND_LEASE_SECONDS = envint("SEND_LEASE_SECONDS", max(60, SEND_LEASE_SECONDS_NEEDED), minimum=5)
 if SEND_LEASE_SECONDS < SEND_LEASE_SECONDS_NEEDED:
     raise ImproperlyConfigured(
         f"SEND_LEASE_SECONDS={SEND_LEASE_SECONDS} is shorter than one send attempt can take "
-        f"({SEND_LEASE_SECONDS_NEEDED} s with EVOLUTION_CONNECT_TIMEOUT, EVOLUTION_READ_TIMEOUT, TYPING_DELAY_MAX_MS "
-        "and OTP_WINDOW_MS as set): a second worker could claim a message still being sent"
+        f"({SEND_LEASE_SECONDS_NEEDED} s with EVOLUTION_CONNECT_TIMEOUT, EVOLUTION_READ_TIMEOUT and TYPING_DELAY_MAX_MS "
+        "as set): a second worker could claim a message still being sent"
     )
 # After a lost answer, a record Evolution stamped this many seconds outside the attempt still counts
 # as possibly the attempt's (the two clocks may differ; Evolution stamps whole seconds).

@@ -156,13 +156,10 @@ def private_redis(settings: Any) -> Iterator[PrivateRedis]:
 def _clean_redis() -> None:
     from django_redis import get_redis_connection
 
-    from messaging import otp_window
-
     try:
         get_redis_connection("default").flushdb()
     except Exception:
         pass  # a test that stopped Redis restarts it in its own teardown
-    otp_window.reset_local()
 
 
 def pytest_configure(config: Any) -> None:

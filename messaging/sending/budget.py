@@ -3,8 +3,7 @@
 Plain arithmetic on the settings (no Django import: pilot_status.settings uses it to refuse a lease
 shorter than this at start-up). A claim does one of two things, never both under one lease
 (sending.worker renews the lease after a check):
-- a **send**: connectionState (routing, when the cached state is stale), the OTP window (at most two
-  windows), the send slot's sleep (at most SEND_SLOT_MAX_WAIT), then sendText (connect + read
+- a **send**: connectionState (routing, when the cached state is stale), the send slot's sleep (at most SEND_SLOT_MAX_WAIT), then sendText (connect + read
   timeout + the typing delay Evolution waits before answering), then, in a threads-pool lane worker
   that gave its connection back for the call, the wait for a free one (at most DB_POOL_WAIT);
 - a **check** of a lost answer (sending.evidence): whatsappNumbers, then findMessages for each form
@@ -27,9 +26,9 @@ DB_POOL_WAIT_SECONDS = 5.0
 LEASE_MARGIN_SECONDS = 10.0
 
 
-def send_seconds(connect: float, read: float, typing_max_ms: int, otp_window_ms: int) -> float:
+def send_seconds(connect: float, read: float, typing_max_ms: int) -> float:
     look_up = connect + CHECK_READ_TIMEOUT
-    return (look_up + 2 * otp_window_ms / 1000 + SEND_SLOT_MAX_WAIT + connect + read + typing_max_ms / 1000
+    return (look_up + SEND_SLOT_MAX_WAIT + connect + read + typing_max_ms / 1000
             + DB_POOL_WAIT_SECONDS)
 
 
@@ -37,7 +36,7 @@ def check_seconds(connect: float) -> float:
     return (1 + CHECK_JIDS) * (connect + CHECK_READ_TIMEOUT)
 
 
-def lease_seconds_needed(connect: float, read: float, typing_max_ms: int, otp_window_ms: int) -> int:
+def lease_seconds_needed(connect: float, read: float, typing_max_ms: int) -> int:
     """The shortest lease under which no claim can outlive its lease."""
-    worst = max(send_seconds(connect, read, typing_max_ms, otp_window_ms), check_seconds(connect))
+    worst = max(send_seconds(connect, read, typing_max_ms), check_seconds(connect))
     return math.ceil(worst + LEASE_MARGIN_SECONDS)

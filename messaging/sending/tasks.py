@@ -9,15 +9,12 @@ from celery import Task, shared_task
 
 from pilot_status.celery import SEND_TASK
 
-from .. import otp_window
 from . import gateway_limit, worker
 
 
 @shared_task(name=SEND_TASK, acks_late=True, ignore_result=True, bind=True)
 def send_message(self: Task[Any, Any], message_id: str) -> str:
     lane = str((self.request.delivery_info or {}).get("routing_key") or "")
-    if otp_window.lane_waits(lane):
-        otp_window.wait_for_window(f"send:{lane}")
     # A background lane's turn among the sends in progress (gateway_limit), taken before the claim: a
     # thread waiting for it holds no lease, no connection and no message, only its reserved task.
     limit = gateway_limit.for_lane(lane)

@@ -20,7 +20,7 @@ from psycopg_pool import PoolTimeout
 from pilot_status import metrics
 from pilot_status.database import checking_connection, release_while_waiting
 
-from .. import lifecycle, otp_window, test_numbers, writes
+from .. import lifecycle, test_numbers, writes
 from ..models import EventKind, FailureReason, Instance, Message, Status
 from . import backoff, breaker, budget, evidence, gateway, instance_state, pacing, routing, simulated, typing_delay
 
@@ -42,8 +42,7 @@ def lease_seconds() -> float:
     """The lease a claim takes: SEND_LEASE_SECONDS, and never less than the claim's worst case
     (settings refuses a shorter one at start-up; this also holds for settings changed at run time)."""
     needed = budget.lease_seconds_needed(
-        settings.EVOLUTION_CONNECT_TIMEOUT, settings.EVOLUTION_READ_TIMEOUT, settings.TYPING_DELAY_MAX_MS,
-        settings.OTP_WINDOW_MS,
+        settings.EVOLUTION_CONNECT_TIMEOUT, settings.EVOLUTION_READ_TIMEOUT, settings.TYPING_DELAY_MAX_MS
     )
     return float(max(settings.SEND_LEASE_SECONDS, needed))
 
@@ -123,11 +122,6 @@ def send_one(message_id: str) -> str:
         return "held"
 
     instance = route.instance
-    if otp_window.lane_waits(message.lane):
-        # The wait holds no connection: with a few shared among hundreds of threads, threads sleeping
-        # on a connection starved the claims (PoolTimeout in bench B8 under an OTP stream).
-        release_while_waiting()
-        otp_window.wait_for_window(f"send:{message.lane}")
     if not take_send_slot(message, token, route):
         return "held"
     started = timezone.now()

@@ -442,21 +442,3 @@ def test_deliveries_handled_but_not_yet_acked_come_again_after_a_crash_and_are_s
     assert sent_message.events.filter(kind="STATUS").count() == 2
     assert counter("rabbitmq:forward_ok") == 2 and counter("rabbitmq:skipped") == 2
     assert depth(connection, topo.work) == 0
-
-
-def test_a_delivery_waits_for_an_otps_window_first(transactional_db, web, connection, topo, sent_message, exchange_name,
-                                                    settings):
-    from messaging import otp_window
-
-    settings.OTP_WINDOW_MS = 200
-    receive.receive_webhook(receipt("DELIVERY_ACK"))
-    publish_like_evolution(connection, exchange_name, receipt("DELIVERY_ACK", channel="rabbitmq"))
-    # Open for 5 s, so that the delivery reaches its lock while it is, however slow the machine; the
-    # wait itself stays one OTP_WINDOW_MS at most.
-    metrics.redis().set(otp_window.KEY, b"1", px=5000)
-
-    run_once(connection, topo)
-
-    assert int(metrics.redis().get(metrics.MESSAGES + "otp_window:yielded:consumer") or 0) == 1
-    assert counter("rabbitmq:skipped") == 1
-    assert depth(connection, topo.work) == 0

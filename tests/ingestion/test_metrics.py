@@ -116,12 +116,8 @@ def redis_round_trips():
         client.execute_command, client.pipeline = real_execute, real_pipe
 
 
-@pytest.mark.parametrize("otp_window_ms", [0, 50])
-def test_a_new_receipt_costs_two_redis_round_trips_and_a_copy_one(transactional_db, alice, alice_instance, settings,
-                                                                   otp_window_ms):
-    # the lock (its script) and its release with every counter of the event (one pipeline); the OTP
-    # window (on by default, messaging.otp_window) is looked at by the lock's own script
-    settings.OTP_WINDOW_MS = otp_window_ms
+def test_a_new_receipt_costs_two_redis_round_trips_and_a_copy_one(transactional_db, alice, alice_instance):
+    # the lock (its script) and its release with every counter of the event (one pipeline)
     message = make_message(alice.project, alice_instance)
     assert post(receipt("SERVER_ACK"), **token_header(alice_instance)).status_code == 200  # auth cached
     with redis_round_trips() as calls:

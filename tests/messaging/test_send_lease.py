@@ -26,7 +26,7 @@ def test_the_default_lease_grows_with_the_timeouts():
 
     result = start_up(EVOLUTION_READ_TIMEOUT="90", TYPING_DELAY_MAX_MS="20000")
     assert result.returncode == 0, result.stderr
-    assert budget.lease_seconds_needed(3.0, 90.0, 20000, 50) > 90 + 20
+    assert budget.lease_seconds_needed(3.0, 90.0, 20000) > 90 + 20
 
 
 def test_a_claim_takes_a_lease_longer_than_its_worst_case(simulator, alice, alice_instance, settings):

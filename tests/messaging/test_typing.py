@@ -50,7 +50,7 @@ def test_typing_is_on_by_default_and_the_lease_covers_its_cap():
     assert shown.returncode == 0, shown.stderr
     per_char, otp, jitter, cap, lease = json.loads(shown.stdout)
     assert (per_char, otp, jitter, cap) == (30, 300, 0.2, 3000)
-    assert lease >= budget.lease_seconds_needed(3.0, 15.0, cap, 50)
+    assert lease >= budget.lease_seconds_needed(3.0, 15.0, cap)
 
 
 @pytest.fixture
