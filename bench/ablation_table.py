@@ -20,7 +20,8 @@ FIGURES = (
     ("b5_ratio", "B5 ratio", ("b5", "ratio"), +1, 2),
     ("b2_cpu_ms", "B2 CPU ms/msg", ("b2", "cpu_ms_per_message", "stack"), -1, 1),
 )
-# Shown, not judged (issue 25 §3's question is answered by reading it across the OTP-window rows).
+# Shown, not judged (issue 25 §3's question, whether an OTP stream halves everyone else's sends, is read
+# across the rows).
 EXTRA = (
     ("b2_sent_rate", ("b2", "sent_rate")),
     ("b2_sent_rate_with_otps", ("b2", "with_otps", "sent_rate")),
