@@ -6,6 +6,7 @@
     python -m bench --set b2_messages=20000 --set runs=5
     python -m bench --ablation            # each device of issue 25 off alone (bench/ablation.py)
     python -m bench --ablation --variants list | --variants ack-batch,priorities --rounds 3
+    python -m bench --paired              # the accept path's devices on and off in one process (bench/paired.py)
 
 Sizes: bench/sizes.py (env BENCH_<NAME> or --set name=value).
 """
@@ -43,6 +44,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "--set then names bench/ablation.py's sizes (rounds, b2_messages, ...)")
     p.add_argument("--variants", default="", help='with --ablation: "list", or comma-separated variants (default: all)')
     p.add_argument("--rounds", type=int, default=0, help="with --ablation: rounds over the variants (default 2)")
+    p.add_argument("--paired", action="store_true",
+                   help="the accept path's devices on and off alternating in this process, no stack (bench/paired.py);\n"
+                        "--rounds (default 8) and --set accepts=N (per block, default 1000)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
     p.add_argument("--report-only", action="store_true", help="only render --out from the results JSON")
     p.add_argument("--ablation-json", default=None,
@@ -77,12 +81,42 @@ def with_ablation(results: dict[str, Any], path: str | None) -> dict[str, Any]:
     return {**results, "ablation": json.loads(Path(path).read_text())} if path else results
 
 
+def paired_main(args: argparse.Namespace) -> int:
+    from .world import bench_database_url, build_world, ensure_database, migrate
+
+    # As the bench stack's web (bench.launcher): the key's rate limit is not what is measured.
+    os.environ.update(RATE_LIMIT_PER_SECOND="1000000", RATE_LIMIT_BURST="1000000")
+    database_url = bench_database_url()
+    ensure_database(database_url)
+    setup_django(database_url)
+    migrate()
+    from . import machine, paired
+
+    sizes = dict(item.partition("=")[::2] for item in args.set)
+    count = int(sizes.pop("accepts", 1000 if not args.smoke else 20))
+    if sizes:
+        raise SystemExit(f"--set: with --paired only accepts=N is known, not {', '.join(sizes)}")
+    rounds = args.rounds or (8 if not args.smoke else 2)
+    world = build_world(fleet=3)
+    result = {"machine": machine.describe(), **paired.run(world, rounds, count)}
+    json_path = Path(args.json or ROOT / "artifacts" / "bench" / "paired.json")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(result, indent=1))
+    out = Path(args.out or ROOT / "artifacts" / "bench" / "paired.md")
+    out.write_text(paired.render(result))
+    print(paired.render(result))
+    print(f"bench: wrote {json_path} and {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.ablation:
         from . import ablation
 
         return ablation.main(args, setup_django)
+    if args.paired:
+        return paired_main(args)
     args.out = args.out or str(ROOT / "docs" / "benchmarks.md")
     only = [s.strip().upper() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(SCENARIOS)

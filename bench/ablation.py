@@ -113,13 +113,23 @@ def resolve_sizes(smoke: bool, overrides: list[str], env: dict[str, str] | None 
 
 
 def select(spec: str) -> list[Variant]:
-    """`--variants a,b`: those, after "all on" (every change is measured against it); empty: all."""
+    """`--variants a,b`: those, after "all on" (every change is measured against it); empty: all. An item
+    `env:NAME=VALUE` (several joined by `+`) is a trial of its own: a setting other than its device's switch,
+    e.g. `env:GATEWAY_QUEUE_TARGET_MS=20`."""
     known = {v.key: v for v in VARIANTS}
     keys = [k.strip() for k in spec.split(",") if k.strip()] or list(known)
-    unknown = [k for k in keys if k not in known]
+    trials = {k: trial(k) for k in keys if k.startswith("env:")}
+    unknown = [k for k in keys if k not in known and k not in trials]
     if unknown:
-        raise SystemExit(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(known)}")
-    return [known[REFERENCE], *(known[k] for k in keys if k != REFERENCE)]
+        raise SystemExit(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(known)}, or env:NAME=VALUE")
+    return [known[REFERENCE], *(known.get(k) or trials[k] for k in keys if k != REFERENCE)]
+
+
+def trial(key: str) -> Variant:
+    env = dict(item.partition("=")[::2] for item in key.removeprefix("env:").split("+"))
+    if not all(re.fullmatch(r"[A-Z][A-Z0-9_]*", name) and value for name, value in env.items()):
+        raise SystemExit(f"--variants: {key!r} is not env:NAME=VALUE[+NAME=VALUE]")
+    return Variant(key, " ".join(f"{name}={value}" for name, value in env.items()), env)
 
 
 def listing() -> str:

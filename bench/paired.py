@@ -1,0 +1,165 @@
+"""`python -m bench --paired`: what an accept-path device saves, measured in one process, on and off alternating.
+
+The stack-level ablation (bench/ablation.py) cannot resolve a change under about 15 % on this host: B1's CPU
+ratio read 1.27-1.99 for variants that cannot touch the accept. A device of the accept path is measured here
+instead, where the host's noise mostly cancels: one process sends accepts through Django's WSGI handler (the
+whole middleware, view and accept, as gunicorn calls it), in slices that alternate the device on and off, and counts the CPU
+each block took in this process and in its Postgres backend (/proc/<pid>/schedstat, nanoseconds: Postgres
+runs as a process of this machine). Wall time is not used: other processes' load moves it, CPU time far less.
+
+A block's CPU per accept off over on is one paired ratio; the device's cost is their median over the rounds,
+judged by issue 25's rule: it earns its place when switching it off costs more than 5 % of the accept's CPU
+(the median round) and no round reads it cheaper off. The accept's CPU is what bounds B1 on a CPU-bound machine.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+SLICE = 50  # accepts per slice: a pair of slices takes about a quarter of a second
+THRESHOLD = 0.05  # issue 25: a device costing more than 5 % of a figure earns its place
+
+
+@dataclass(frozen=True)
+class Device:
+    key: str
+    name: str
+    setting: str
+    off: Any
+
+
+DEVICES = (
+    Device("remembered-routing", "remembered routing guards", "ACCEPT_REMEMBER_ROUTING", False),
+    Device("plain-validator", "second validator", "SEND_PLAIN_VALIDATOR", False),
+)
+
+
+def backend_cpu_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def verdict(ratios: list[float], threshold: float = THRESHOLD) -> str:
+    """Issue 25's rule on paired ratios (CPU off / CPU on, one per round): the device earns its place when
+    its median cost is above the threshold and no round read it cheaper off, i.e. the sign is beyond noise
+    (eight rounds all one way by chance: 1 in 256) and the size is the typical round's, not the luckiest."""
+    if len(ratios) >= 4 and statistics.median(ratios) > 1 + threshold and min(ratios) > 1:
+        return "earns its place"
+    return "removable"
+
+
+@contextmanager
+def setting(name: str, value: Any) -> Iterator[None]:
+    from django.conf import settings
+
+    before = getattr(settings, name)
+    setattr(settings, name, value)
+    try:
+        yield
+    finally:
+        setattr(settings, name, before)
+
+
+def block(post: Callable[[], int], count: int, backend_pid: int) -> tuple[float, float]:
+    """CPU ms per accept of this process and of its Postgres backend over `count` accepts."""
+    cpu, pg = time.process_time(), backend_cpu_ns(backend_pid)
+    for _ in range(count):
+        status = post()
+        if status != 202:
+            raise RuntimeError(f"an accept answered {status}")
+    return (time.process_time() - cpu) * 1000 / count, (backend_cpu_ns(backend_pid) - pg) / 1e6 / count
+
+
+def measure(device: Device, post: Callable[[], int], backend_pid: int, rounds: int, count: int,
+            log: Callable[[str], None], slice_size: int = SLICE) -> dict[str, Any]:
+    on_ms, off_ms, ratios = [], [], []
+    for r in range(rounds):
+        # The round's accepts in slices of `slice_size`, on and off alternating (each pair in the other order
+        # from the last): the host's speed drifts within seconds here, and a drift then weighs on both sides.
+        totals = {True: [0.0, 0.0], False: [0.0, 0.0]}
+        for i in range(max(1, count // slice_size)):
+            for on in ([True, False] if (r + i) % 2 == 0 else [False, True]):
+                with nullcontext() if on else setting(device.setting, device.off):
+                    python_ms, postgres_ms = block(post, slice_size, backend_pid)
+                totals[on][0] += python_ms
+                totals[on][1] += postgres_ms
+        slices = max(1, count // slice_size)
+        got = {}
+        for on, (python_ms, postgres_ms) in totals.items():
+            got[on] = (python_ms + postgres_ms) / slices
+            (on_ms if on else off_ms).append({"python": round(python_ms / slices, 4),
+                                              "postgres": round(postgres_ms / slices, 4)})
+        ratios.append(got[False] / got[True])
+        log(f"  {device.key} round {r + 1}: on {got[True]:.3f} ms, off {got[False]:.3f} ms ({ratios[-1]:.3f}×)")
+    return {"device": device.name, "setting": f"{device.setting}={int(device.off)}", "on": on_ms, "off": off_ms,
+            "ratios": [round(x, 4) for x in ratios], "median_ratio": round(statistics.median(ratios), 4),
+            "verdict": verdict(ratios)}
+
+
+def run(world: Any, rounds: int, count: int, log: Callable[[str], None] = print) -> dict[str, Any]:
+    import io
+    import json
+
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.db import connection
+
+    from .scenarios.b1_accept import SEND_PATH, send_body
+
+    # The WSGI handler called as gunicorn calls it (Django's test client adds its own work per request).
+    handler = WSGIHandler()
+    payload = json.dumps(send_body(world.a.recipients[0])).encode()
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+        statuses.append(status)
+
+    def post() -> int:
+        environ = {
+            "REQUEST_METHOD": "POST", "PATH_INFO": SEND_PATH, "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000", "HTTP_HOST": "127.0.0.1", "REMOTE_ADDR": "127.0.0.1", "SERVER_PROTOCOL": "HTTP/1.1",
+            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(payload)),
+            "HTTP_AUTHORIZATION": f"Bearer {world.a.live_key}", "HTTP_IDEMPOTENCY_KEY": str(uuid.uuid4()),
+            "wsgi.input": io.BytesIO(payload), "wsgi.url_scheme": "http", "wsgi.errors": io.StringIO(),
+            "wsgi.multithread": False, "wsgi.multiprocess": True, "wsgi.run_once": False, "wsgi.version": (1, 0),
+        }
+        body = b"".join(handler(environ, start_response))
+        status = int(statuses.pop().split()[0])
+        if status != 202:
+            raise RuntimeError(f"an accept answered {status}: {body[:300]!r}")
+        return status
+
+    # One backend for the whole run, its CPU counted across blocks (a connection past CONN_MAX_AGE would be
+    # closed between requests, and its backend's count with it).
+    connection.close()
+    connection.settings_dict["CONN_MAX_AGE"] = None
+    for _ in range(200):  # caches, prepared statements, the remembered routing
+        post()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend_pid = cursor.fetchone()[0]
+    return {"rounds": rounds, "accepts_per_block": count,
+            "devices": [measure(d, post, backend_pid, rounds, count, log) for d in DEVICES]}
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [
+        f"Paired in one process (`python -m bench --paired`): {result['rounds']} rounds of {result['accepts_per_block']:,} "
+        "accepts with the device on and off, alternating every 50; CPU ms per accept of the process (Django's WSGI handler as "
+        "gunicorn calls it: the whole middleware and view) and of its Postgres backend. A device earns its place when off costs more than "
+        "5 % (the median round) and no round reads it cheaper off.",
+        "",
+        "| device off | switch | CPU per accept on → off (median) | off / on, median (min–max) | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for d in result["devices"]:
+        on = statistics.median(x["python"] + x["postgres"] for x in d["on"])
+        off = statistics.median(x["python"] + x["postgres"] for x in d["off"])
+        lines.append(f"| {d['device']} | `{d['setting']}` | {on:.3f} → {off:.3f} ms | {d['median_ratio']:.3f}× "
+                     f"({min(d['ratios']):.3f}–{max(d['ratios']):.3f}) | **{d['verdict']}** |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,26 @@
+"""The paired in-process measurement's rule and table (bench/paired.py); `--paired --smoke` runs it for real in
+tests/bench/test_bench_smoke.py's way: here only what needs no stack."""
+
+from __future__ import annotations
+
+from bench.paired import render, verdict
+
+
+def test_a_device_earns_its_place_when_its_median_cost_passes_5_percent_and_no_round_reads_it_cheaper_off() -> None:
+    assert verdict([1.15, 1.20, 1.01, 1.18]) == "earns its place"
+    assert verdict([1.15, 1.20, 0.99, 1.18]) == "removable"  # one round cheaper off: the sign is not shown
+    assert verdict([1.04, 1.03, 1.06, 1.02]) == "removable"  # shown, but under 5 %
+    assert verdict([1.5, 1.5, 1.5]) == "removable"  # too few rounds to say
+
+
+def test_the_table_gives_each_device_its_cpu_on_and_off_and_its_ratios() -> None:
+    side = {"python": 1.5, "postgres": 0.5}
+    result = {"rounds": 4, "accepts_per_block": 1000, "devices": [
+        {"device": "second validator", "setting": "SEND_PLAIN_VALIDATOR=0", "on": [side] * 4,
+         "off": [{"python": 1.9, "postgres": 0.5}] * 4, "ratios": [1.1, 1.2, 1.2, 1.3], "median_ratio": 1.2,
+         "verdict": "earns its place"}]}
+
+    row = render(result).splitlines()[-1]
+
+    assert row == ("| second validator | `SEND_PLAIN_VALIDATOR=0` | 2.000 → 2.400 ms | 1.200× (1.100–1.300) "
+                   "| **earns its place** |")
