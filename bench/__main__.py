@@ -51,6 +51,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="only render --out from the results JSON")
     p.add_argument("--ablation-json", default=None,
                    help="put the ablation table of this JSON (a `--ablation` run's) into the report, with its own date")
+    p.add_argument("--paired-json", default=None,
+                   help="put the paired table of this JSON (a `--paired` run's) into the report, with its own date")
     p.add_argument("--keep", action="store_true",
                    help="keep the scenarios (and profiles) of the previous results JSON that this run does not redo")
     # As the Procfile's web: WEB_CONCURRENCY (scripts/env.sh: one per core).
@@ -75,10 +77,12 @@ def setup_django(database_url: str) -> None:
     django.setup()
 
 
-def with_ablation(results: dict[str, Any], path: str | None) -> dict[str, Any]:
-    """The results, with the ablation run at `path` beside them (it measures in its own run, so its table
-    names its own machine and load)."""
-    return {**results, "ablation": json.loads(Path(path).read_text())} if path else results
+def with_ablation(results: dict[str, Any], path: str | None, paired: str | None = None) -> dict[str, Any]:
+    """The results, with the ablation run at `path` (and the paired run at `paired`) beside them (each measures
+    in its own run, so its table names its own machine and load)."""
+    if path:
+        results = {**results, "ablation": json.loads(Path(path).read_text())}
+    return {**results, "paired": json.loads(Path(paired).read_text())} if paired else results
 
 
 def paired_main(args: argparse.Namespace) -> int:
@@ -131,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         from . import report
 
-        Path(args.out).write_text(report.render(with_ablation(json.loads(json_path.read_text()), args.ablation_json)))
+        Path(args.out).write_text(report.render(with_ablation(json.loads(json_path.read_text()), args.ablation_json, args.paired_json)))
         print(f"bench: wrote {args.out} from {json_path}")
         return 0
     previous = json.loads(json_path.read_text()) if args.keep and json_path.exists() else None
@@ -228,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["load_after"] = machine.load()
     _save(results, json_path)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(report.render(with_ablation(results, args.ablation_json)))
+    Path(args.out).write_text(report.render(with_ablation(results, args.ablation_json, args.paired_json)))
     print(f"bench: done in {results['elapsed_s']} s; wrote {args.out} and {json_path}", flush=True)
     return 1 if results["errors"] else 0
 

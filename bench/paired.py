@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SLICE = 50  # accepts per slice: a pair of slices takes about a quarter of a second
@@ -43,6 +44,18 @@ DEVICES = (
 def backend_cpu_ns(pid: int) -> int:
     with open(f"/proc/{pid}/schedstat") as f:
         return int(f.read().split()[0])
+
+
+def tree_cpu_ns(pids: list[int]) -> int:
+    """CPU nanoseconds of every thread of these processes (RabbitMQ's Erlang VM runs dozens)."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # a thread that ended meanwhile
+    return total
 
 
 def verdict(ratios: list[float], threshold: float = THRESHOLD) -> str:
@@ -97,7 +110,8 @@ def measure(device: Device, post: Callable[[], int], backend_pid: int, rounds: i
                                               "postgres": round(postgres_ms / slices, 4)})
         ratios.append(got[False] / got[True])
         log(f"  {device.key} round {r + 1}: on {got[True]:.3f} ms, off {got[False]:.3f} ms ({ratios[-1]:.3f}×)")
-    return {"device": device.name, "setting": f"{device.setting}={int(device.off)}", "on": on_ms, "off": off_ms,
+    return {"device": device.name, "setting": f"{device.setting}={int(device.off)}", "unit": "accept",
+            "on": on_ms, "off": off_ms,
             "ratios": [round(x, 4) for x in ratios], "median_ratio": round(statistics.median(ratios), 4),
             "verdict": verdict(ratios)}
 
@@ -143,23 +157,100 @@ def run(world: Any, rounds: int, count: int, log: Callable[[str], None] = print)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend_pid = cursor.fetchone()[0]
-    return {"rounds": rounds, "accepts_per_block": count,
-            "devices": [measure(d, post, backend_pid, rounds, count, log) for d in DEVICES]}
+    devices = [measure(d, post, backend_pid, rounds, count, log) for d in DEVICES]
+    return {"rounds": rounds, "accepts_per_block": count, "devices": [*devices, measure_acks(rounds, 2 * count, log)]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The consumer's batched ACKs: the product's DeferredAcks on a quorum queue of the real broker
+# ---------------------------------------------------------------------------------------------------------
+
+ACK_QUEUE = "pilot_status.bench.paired_acks"
+
+
+def measure_acks(rounds: int, count: int, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """CPU per consumed message (this process and RabbitMQ's) acked one by one (CONSUMER_ACK_BATCH=1) against
+    the product's batch, `count` messages a side, alternating: what the batch saves where it saves it, the
+    broker settling every ack through the quorum queue's Raft log."""
+    from django.conf import settings
+    from kombu import Connection, Exchange, Queue
+
+    from ingestion.acks import DeferredAcks
+    from ingestion.consumer import ACK_MAX_DELAY_S, PREFETCH
+
+    from .ablation_measure import own_server_roots
+    from .procstats import tree
+
+    (broker,) = own_server_roots()["rabbitmq"]
+    batch = settings.CONSUMER_ACK_BATCH
+    queue = Queue(ACK_QUEUE, Exchange(ACK_QUEUE, type="direct"), routing_key=ACK_QUEUE, durable=True,
+                  queue_arguments={"x-queue-type": "quorum"})
+    sides: dict[int, list[dict[str, float]]] = {1: [], batch: []}
+    ratios = []
+    with Connection(settings.EVOLUTION_RABBITMQ_URL or settings.CELERY_BROKER_URL) as connection:
+        channel = connection.channel()
+        bound = queue(channel)
+        bound.declare()
+        producer = connection.Producer(channel)
+        try:
+            for r in range(rounds):
+                got = {}
+                for size in ([1, batch] if r % 2 == 0 else [batch, 1]):
+                    for i in range(count):
+                        producer.publish({"n": i}, exchange=queue.exchange, routing_key=ACK_QUEUE)
+                    acks = DeferredAcks(size, ACK_MAX_DELAY_S)
+                    handled = 0
+
+                    def on_message(body: Any, message: Any) -> None:
+                        nonlocal handled
+                        handled += 1
+                        acks.add(message)
+
+                    ours_before, broker_before = time.process_time(), tree_cpu_ns(tree(broker))
+                    with connection.Consumer(bound, callbacks=[on_message], prefetch_count=PREFETCH):
+                        while handled < count:
+                            connection.drain_events(timeout=10)
+                            acks.flush_if_due()
+                        acks.flush()
+                    # The broker settles the last acks after they are sent: wait until the queue is empty of
+                    # unacked messages before reading its CPU.
+                    while bound.queue_declare(passive=True).message_count:
+                        time.sleep(0.05)
+                    time.sleep(0.2)
+                    ours = (time.process_time() - ours_before) * 1000 / count
+                    theirs = (tree_cpu_ns(tree(broker)) - broker_before) / 1e6 / count
+                    got[size] = ours + theirs
+                    sides[size].append({"consumer": round(ours, 4), "rabbitmq": round(theirs, 4)})
+                ratios.append(got[1] / got[batch])
+                log(f"  acks round {r + 1}: batch {batch} {got[batch]:.3f} ms, one by one {got[1]:.3f} ms "
+                    f"({ratios[-1]:.3f}×)")
+        finally:
+            bound.delete()
+    return {"device": "batched consumer ACKs", "setting": "CONSUMER_ACK_BATCH=1", "unit": "consumed message",
+            "on": sides[batch], "off": sides[1],
+            "ratios": [round(x, 4) for x in ratios], "median_ratio": round(statistics.median(ratios), 4),
+            "verdict": verdict(ratios)}
 
 
 def render(result: dict[str, Any]) -> str:
+    m = result.get("machine") or {}
     lines = [
-        f"Paired in one process (`python -m bench --paired`): {result['rounds']} rounds of {result['accepts_per_block']:,} "
-        "accepts with the device on and off, alternating every 50; CPU ms per accept of the process (Django's WSGI handler as "
-        "gunicorn calls it: the whole middleware and view) and of its Postgres backend. A device earns its place when off costs more than "
-        "5 % (the median round) and no round reads it cheaper off.",
+        f"Commit `{m.get('commit', '?')}`{' (uncommitted changes)' if m.get('dirty') else ''}, {m.get('date', '?')}, "
+        f"load before {m.get('load_before', '?')}. "
+        f"Paired in one process (`python -m bench --paired`), {result['rounds']} rounds. The accept path's devices: "
+        f"{result['accepts_per_block']:,} accepts a side a round, on and off alternating every 50, CPU of the process "
+        "(Django's WSGI handler as gunicorn calls it: the whole middleware and view) and of its Postgres backend. "
+        f"The consumer's ACKs: {2 * result['accepts_per_block']:,} messages a side a round from a quorum queue, acked "
+        "by the product's DeferredAcks, CPU of the consuming process and of RabbitMQ. A device earns its place when "
+        "off costs more than 5 % (the median round) and no round reads it cheaper off.",
         "",
-        "| device off | switch | CPU per accept on → off (median) | off / on, median (min–max) | verdict |",
+        "| device off | switch | CPU on → off (median) | off / on, median (min–max) | verdict |",
         "|---|---|---|---|---|",
     ]
     for d in result["devices"]:
-        on = statistics.median(x["python"] + x["postgres"] for x in d["on"])
-        off = statistics.median(x["python"] + x["postgres"] for x in d["off"])
-        lines.append(f"| {d['device']} | `{d['setting']}` | {on:.3f} → {off:.3f} ms | {d['median_ratio']:.3f}× "
+        on = statistics.median(sum(x.values()) for x in d["on"])
+        off = statistics.median(sum(x.values()) for x in d["off"])
+        unit = d.get("unit", "accept")
+        lines.append(f"| {d['device']} | `{d['setting']}` | {on:.3f} → {off:.3f} ms per {unit} | {d['median_ratio']:.3f}× "
                      f"({min(d['ratios']):.3f}–{max(d['ratios']):.3f}) | **{d['verdict']}** |")
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench import ablation, ablation_table
+from bench import ablation, ablation_measure, ablation_table
 from bench.ablation import VARIANTS, rounds_order, select
 from bench.ablation_table import REFERENCE, render, verdict
 
@@ -197,7 +197,7 @@ def test_a_switch_is_read_when_a_product_source_names_it() -> None:
 
 def test_only_this_checkouts_servers_count_as_the_stacks() -> None:
     # The services of this checkout run (make test starts them); other clones' may run beside them.
-    own = ablation.own_server_roots()
+    own = ablation_measure.own_server_roots()
 
     assert {kind: len(pids) for kind, pids in own.items()} == {"postgres": 1, "redis": 1, "rabbitmq": 1}
     argv = Path(f"/proc/{own['postgres'][0]}/cmdline").read_bytes().decode().split("\0")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta, timezone
 
-from bench.report import _b8_otp
+from bench.report_gateway import _b8_otp
 from bench.scenarios.b8_slow_gateway import punctual_ms
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)

@@ -1,9 +1,17 @@
-"""The paired in-process measurement's rule and table (bench/paired.py); `--paired --smoke` runs it for real in
-tests/bench/test_bench_smoke.py's way: here only what needs no stack."""
+"""The paired in-process measurement (bench/paired.py): its rule, its table, and a real `--paired --smoke` run."""
 
 from __future__ import annotations
 
-from bench.paired import render, verdict
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.launcher import ROOT
+from bench.paired import DEVICES, render, verdict
 
 
 def test_a_device_earns_its_place_when_its_median_cost_passes_5_percent_and_no_round_reads_it_cheaper_off() -> None:
@@ -22,5 +30,24 @@ def test_the_table_gives_each_device_its_cpu_on_and_off_and_its_ratios() -> None
 
     row = render(result).splitlines()[-1]
 
-    assert row == ("| second validator | `SEND_PLAIN_VALIDATOR=0` | 2.000 → 2.400 ms | 1.200× (1.100–1.300) "
+    assert row == ("| second validator | `SEND_PLAIN_VALIDATOR=0` | 2.000 → 2.400 ms per accept | 1.200× (1.100–1.300) "
                    "| **earns its place** |")
+
+
+@pytest.mark.timeout(300)
+def test_a_smoke_run_measures_every_device_on_and_off_against_a_bench_database_of_its_own(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["BENCH_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_bench_paired_smoke"
+    out, raw = tmp_path / "paired.md", tmp_path / "paired.json"
+
+    done = subprocess.run([sys.executable, "-m", "bench", "--paired", "--smoke", "--out", str(out), "--json", str(raw)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    result = json.loads(raw.read_text())
+    assert [d["device"] for d in result["devices"]] == [*(d.name for d in DEVICES), "batched consumer ACKs"]
+    for device in result["devices"]:
+        assert len(device["ratios"]) == result["rounds"] == 2
+        for side in device["on"] + device["off"]:
+            assert all(part > 0 for part in side.values())  # every process's CPU was counted (backend, broker)
+    assert out.read_text().count("| `") == len(DEVICES) + 1  # and the consumer's ACKs

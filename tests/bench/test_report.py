@@ -120,10 +120,25 @@ def test_the_ablation_section_comes_from_bench_ablation_table(results: dict[str,
     assert "| otp_window | 0.78× | 1.87× |" in text.split("### Ablation", 1)[1]
 
 
+def test_the_paired_table_follows_the_ablation_with_its_own_commit(results: dict[str, Any]) -> None:
+    results["paired"] = {"machine": {"commit": "abc1234", "date": "2026-12-02 10:00 UTC", "load_before": [1, 1, 1]},
+                         "rounds": 8, "accepts_per_block": 1000, "devices": [
+                             {"device": "second validator", "setting": "SEND_PLAIN_VALIDATOR=0",
+                              "on": [{"python": 1.7, "postgres": 0.5}] * 8, "off": [{"python": 2.0, "postgres": 0.5}] * 8,
+                              "ratios": [1.15] * 8, "median_ratio": 1.15, "verdict": "earns its place"}]}
+
+    text = report.render(results)
+
+    section = text.split("### The accept path's devices, paired in one process", 1)[1]
+    assert section.lstrip().startswith("Commit `abc1234`, 2026-12-02 10:00 UTC")
+    assert "| second validator | `SEND_PLAIN_VALIDATOR=0` | 2.200 → 2.500 ms per accept | 1.150× (1.150–1.150) |" in section
+
+
 def test_without_an_ablation_in_the_json_there_is_no_ablation_section(results: dict[str, Any]) -> None:
     text = report.render(results)
 
     assert "Ablation" not in text
+    assert "paired in one process" not in text
     assert [title.split()[0] for title in _headings(text, "###")][-1] == "B6"
 
 
