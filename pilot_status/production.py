@@ -63,7 +63,7 @@ def allowed_hosts_problem(value: str | None) -> str | None:
 def refusal(read: Callable[[str], str | None]) -> str | None:
     """The first reason this environment must not run in production mode, or None.
 
-    `read(name)` returns a variable's value (settings._raw: NAME_FILE first, then NAME).
+    `read(name)` returns a variable's value (pilot_status.envparse._raw: NAME_FILE first, then NAME).
     """
     values = {name: read(name) for name in SECRETS}
     for name in SECRETS:

@@ -8,7 +8,6 @@ defaults here. `make run` and `make test` supply development values (scripts/env
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
@@ -17,94 +16,10 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from . import production
+from .envparse import _raw, envbool, envfloat, envint, envpair, envsecret, envstr, envurl, envwaits
 from messaging.sending.budget import DB_POOL_WAIT_SECONDS, lease_seconds_needed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def _raw(name: str) -> str | None:
-    # NAME_FILE lets secrets come from a mounted file (docker/k8s secrets).
-    file_path = os.environ.get(f"{name}_FILE")
-    if file_path:
-        try:
-            return Path(file_path).read_text().strip()
-        except OSError as exc:
-            raise ImproperlyConfigured(f"{name}_FILE: cannot read {file_path}: {exc}") from exc
-    return os.environ.get(name)
-
-
-def envstr(name: str, default: str | None = None) -> str:
-    value = _raw(name)
-    if value is None or value == "":
-        if default is None:
-            raise ImproperlyConfigured(f"{name} is required but not set")
-        return default
-    return value
-
-
-def envsecret(name: str, min_length: int = 16) -> str:
-    value = envstr(name)
-    if len(value) < min_length:
-        raise ImproperlyConfigured(f"{name} must be at least {min_length} characters")
-    return value
-
-
-def envbool(name: str, default: bool) -> bool:
-    value = _raw(name)
-    if value is None or value == "":
-        return default
-    lowered = value.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {value!r}")
-
-
-def envint(name: str, default: int, minimum: int | None = None) -> int:
-    value = _raw(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from exc
-    if minimum is not None and number < minimum:
-        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {number}")
-    return number
-
-
-def envfloat(
-    name: str, default: float, above: float | None = None, at_most: float | None = None, minimum: float | None = None
-) -> float:
-    """A number from the environment; `above`, `minimum` and `at_most` bound it (a rate or a timeout
-    of 0 would divide by zero or never wait, so those refuse start-up instead)."""
-    value = _raw(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = float(value)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from exc
-    if number != number or number in (float("inf"), float("-inf")):
-        raise ImproperlyConfigured(f"{name} must be a finite number, got {value!r}")
-    if above is not None and number <= above:
-        raise ImproperlyConfigured(f"{name} must be > {above:g}, got {value}")
-    if minimum is not None and number < minimum:
-        raise ImproperlyConfigured(f"{name} must be >= {minimum:g}, got {value}")
-    if at_most is not None and number > at_most:
-        raise ImproperlyConfigured(f"{name} must be <= {at_most:g}, got {value}")
-    return number
-
-
-def envurl(name: str, schemes: tuple[str, ...], default: str | None = None) -> str:
-    value = envstr(name, default)
-    parsed = urlparse(value)
-    if parsed.scheme not in schemes or not parsed.netloc:
-        raise ImproperlyConfigured(
-            f"{name} must be a URL with scheme {'/'.join(schemes)}, got {value!r}"
-        )
-    return value
 
 
 DEBUG = envbool("DEBUG", False)
@@ -124,15 +39,6 @@ CSRF_TRUSTED_ORIGINS = [
 ]
 
 
-def envpair(name: str) -> tuple[str, str] | None:
-    """`HEADER,value` (e.g. HTTP_X_FORWARDED_PROTO,https), or None when unset."""
-    value = envstr(name, "")
-    if not value:
-        return None
-    parts = [part.strip() for part in value.split(",")]
-    if len(parts) != 2 or not parts[0].startswith("HTTP_") or not parts[1]:
-        raise ImproperlyConfigured(f"{name} must be HEADER,value (e.g. HTTP_X_FORWARDED_PROTO,https), got {value!r}")
-    return parts[0], parts[1]
 
 
 # Transport security (`manage.py check --deploy`): on by default in production mode, off under
@@ -552,18 +458,6 @@ TIMELINE_RETENTION_DAYS = envint("TIMELINE_RETENTION_DAYS", 90, minimum=1)
 CALLBACKS_RELAY_SECONDS = envfloat("CALLBACKS_RELAY_SECONDS", 1.0, above=0)
 # Waits before each attempt, in seconds: Svix's schedule (immediately, 5 s, 5 min, 30 min, 2 h, 5 h,
 # 10 h, 10 h: about 27.6 h). After the last one fails the delivery is FAILED (replayable).
-def envwaits(name: str, default: str) -> list[float]:
-    """Comma-separated waits in seconds (1 to 20 of them, each >= 0)."""
-    raw = envstr(name, default)
-    try:
-        waits = [float(part) for part in raw.split(",")]
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be comma-separated seconds, got {raw!r}") from exc
-    if not 1 <= len(waits) <= 20 or any(not 0 <= wait < 10**7 for wait in waits):
-        raise ImproperlyConfigured(f"{name} must be 1 to 20 waits of 0 to 10^7 seconds, got {raw!r}")
-    return waits
-
-
 CALLBACKS_RETRY_SCHEDULE = envwaits("CALLBACKS_RETRY_SCHEDULE", "0,5,300,1800,7200,18000,36000,36000")
 # An endpoint that has failed without a single success for this long is disabled (Svix: 5 days).
 CALLBACKS_DISABLE_AFTER_SECONDS = envfloat("CALLBACKS_DISABLE_AFTER_SECONDS", 5 * 24 * 3600.0, above=0)
