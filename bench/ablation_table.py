@@ -156,7 +156,9 @@ def render(results: dict[str, Any]) -> list[str]:
         f"B5 {FLOORS['B5']}; a device earns its place when switching it off breaks a target all on meets, or costs more "
         f"than {100 * COST:.0f} % of a figure, beyond the host's noise: worse in every round than all on in the same "
         f"round, or the two ranges apart. A larger change the noise could make is marked \"noise\" and counts for "
-        f"nothing. B2 SENT/s with OTPs is shown, not judged.",
+        f"nothing. B2 SENT/s with OTPs is shown, not judged." + (
+            f" The simulator ran at nice {sizes['gateway_nice']} throughout (a gateway with CPU of its own, as B8's)."
+            if sizes.get("gateway_nice") else ""),
         "",
         "| device off | switch | B1 ratio | B1 p99 ratio | B1 CPU ratio | B3 ratio | B5 ratio | B2 CPU ms/msg "
         "| B2 SENT/s with OTPs | verdict |",
