@@ -10,6 +10,8 @@ runs as a process of this machine). Wall time is not used: other processes' load
 A block's CPU per accept off over on is one paired ratio; the device's cost is their median over the rounds,
 judged by issue 25's rule: it earns its place when switching it off costs more than 5 % of the accept's CPU
 (the median round) and no round reads it cheaper off. The accept's CPU is what bounds B1 on a CPU-bound machine.
+The consumer's batched ACKs are measured the same way on the real broker and weighed against B5's CPU per event
+in the last full bench (a consumed message is a part of an event's cost, not all of it).
 """
 
 from __future__ import annotations
@@ -158,7 +160,10 @@ def run(world: Any, rounds: int, count: int, log: Callable[[str], None] = print)
         cursor.execute("SELECT pg_backend_pid()")
         backend_pid = cursor.fetchone()[0]
     devices = [measure(d, post, backend_pid, rounds, count, log) for d in DEVICES]
-    return {"rounds": rounds, "accepts_per_block": count, "devices": [*devices, measure_acks(rounds, 2 * count, log)]}
+    from .launcher import ROOT
+
+    acks = measure_acks(rounds, 2 * count, log, b5_figure(ROOT / "artifacts" / "bench" / "results.json"))
+    return {"rounds": rounds, "accepts_per_block": count, "devices": [*devices, acks]}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -168,10 +173,13 @@ def run(world: Any, rounds: int, count: int, log: Callable[[str], None] = print)
 ACK_QUEUE = "pilot_status.bench.paired_acks"
 
 
-def measure_acks(rounds: int, count: int, log: Callable[[str], None] = print) -> dict[str, Any]:
+def measure_acks(rounds: int, count: int, log: Callable[[str], None] = print,
+                 figure: dict[str, Any] | None = None) -> dict[str, Any]:
     """CPU per consumed message (this process and RabbitMQ's) acked one by one (CONSUMER_ACK_BATCH=1) against
     the product's batch, `count` messages a side, alternating: what the batch saves where it saves it, the
-    broker settling every ack through the quorum queue's Raft log."""
+    broker settling every ack through the quorum queue's Raft log. The figure the device serves is B5's: an
+    event costs the whole machine `figure["ms"]` (the last full bench), of which one consumed message is part,
+    so the verdict weighs what the batch saves against that, not against the consuming alone."""
     from django.conf import settings
     from kombu import Connection, Exchange, Queue
 
@@ -212,8 +220,7 @@ def measure_acks(rounds: int, count: int, log: Callable[[str], None] = print) ->
                             connection.drain_events(timeout=10)
                             acks.flush_if_due()
                         acks.flush()
-                    # The broker settles the last acks after they are sent: wait until the queue is empty of
-                    # unacked messages before reading its CPU.
+                    # Every message was delivered (none ready) and the last acks had a moment to settle.
                     while bound.queue_declare(passive=True).message_count:
                         time.sleep(0.05)
                     time.sleep(0.2)
@@ -226,10 +233,37 @@ def measure_acks(rounds: int, count: int, log: Callable[[str], None] = print) ->
                     f"({ratios[-1]:.3f}×)")
         finally:
             bound.delete()
+    totals = {size: [sum(x.values()) for x in runs] for size, runs in sides.items()}
+    costs = [off - on for off, on in zip(totals[1], totals[batch])]
+    judged = [1 + cost / figure["ms"] for cost in costs] if figure else ratios
     return {"device": "batched consumer ACKs", "setting": "CONSUMER_ACK_BATCH=1", "unit": "consumed message",
-            "on": sides[batch], "off": sides[1],
+            "on": sides[batch], "off": sides[1], "figure": figure,
             "ratios": [round(x, 4) for x in ratios], "median_ratio": round(statistics.median(ratios), 4),
-            "verdict": verdict(ratios)}
+            "figure_ratios": [round(x, 4) for x in judged], "verdict": verdict(judged)}
+
+
+def b5_figure(path: Path) -> dict[str, Any] | None:
+    """B5's machine CPU per event (both copies) in the results JSON of the last full bench, if there is one."""
+    import json
+
+    try:
+        results = json.loads(path.read_text())
+        ms = results["scenarios"]["B5"]["runs"][0]["cpu_ms_per_event"]["machine"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return {"name": "B5", "what": "machine CPU per event, both copies", "ms": ms,
+            "commit": results.get("machine", {}).get("commit", "?")}
+
+
+def _figure_cost(d: dict[str, Any]) -> str:
+    judged = d.get("figure_ratios") or d["ratios"]
+    share = f"{100 * (statistics.median(judged) - 1):+.1f} % ({100 * (min(judged) - 1):+.1f} to {100 * (max(judged) - 1):+.1f})"
+    if figure := d.get("figure"):
+        return (f"{share} of {figure['name']}'s {figure['ms']:.2f} ms of {figure['what']} "
+                f"(full bench at `{figure['commit']}`)")
+    if d.get("unit") == "accept":
+        return f"{share} of B1's CPU per accept"
+    return f"{share} of its own CPU (no full bench's figure to weigh it against)"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -244,13 +278,13 @@ def render(result: dict[str, Any]) -> str:
         "by the product's DeferredAcks, CPU of the consuming process and of RabbitMQ. A device earns its place when "
         "off costs more than 5 % (the median round) and no round reads it cheaper off.",
         "",
-        "| device off | switch | CPU on → off (median) | off / on, median (min–max) | verdict |",
-        "|---|---|---|---|---|",
+        "| device off | switch | CPU on → off (median) | off / on, median (min–max) | what off costs the figure it serves, median (min–max) | verdict |",
+        "|---|---|---|---|---|---|",
     ]
     for d in result["devices"]:
         on = statistics.median(sum(x.values()) for x in d["on"])
         off = statistics.median(sum(x.values()) for x in d["off"])
         unit = d.get("unit", "accept")
         lines.append(f"| {d['device']} | `{d['setting']}` | {on:.3f} → {off:.3f} ms per {unit} | {d['median_ratio']:.3f}× "
-                     f"({min(d['ratios']):.3f}–{max(d['ratios']):.3f}) | **{d['verdict']}** |")
+                     f"({min(d['ratios']):.3f}–{max(d['ratios']):.3f}) | {_figure_cost(d)} | **{d['verdict']}** |")
     return "\n".join(lines) + "\n"

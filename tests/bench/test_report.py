@@ -123,7 +123,7 @@ def test_the_ablation_section_comes_from_bench_ablation_table(results: dict[str,
 def test_the_paired_table_follows_the_ablation_with_its_own_commit(results: dict[str, Any]) -> None:
     results["paired"] = {"machine": {"commit": "abc1234", "date": "2026-12-02 10:00 UTC", "load_before": [1, 1, 1]},
                          "rounds": 8, "accepts_per_block": 1000, "devices": [
-                             {"device": "second validator", "setting": "SEND_PLAIN_VALIDATOR=0",
+                             {"device": "second validator", "setting": "SEND_PLAIN_VALIDATOR=0", "unit": "accept",
                               "on": [{"python": 1.7, "postgres": 0.5}] * 8, "off": [{"python": 2.0, "postgres": 0.5}] * 8,
                               "ratios": [1.15] * 8, "median_ratio": 1.15, "verdict": "earns its place"}]}
 
@@ -131,7 +131,7 @@ def test_the_paired_table_follows_the_ablation_with_its_own_commit(results: dict
 
     section = text.split("### The accept path's devices, paired in one process", 1)[1]
     assert section.lstrip().startswith("Commit `abc1234`, 2026-12-02 10:00 UTC")
-    assert "| second validator | `SEND_PLAIN_VALIDATOR=0` | 2.200 → 2.500 ms per accept | 1.150× (1.150–1.150) |" in section
+    assert "| second validator | `SEND_PLAIN_VALIDATOR=0` | 2.200 → 2.500 ms per accept | 1.150× (1.150–1.150) | +15.0 %" in section
 
 
 def test_without_an_ablation_in_the_json_there_is_no_ablation_section(results: dict[str, Any]) -> None:
