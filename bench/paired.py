@@ -10,8 +10,9 @@ runs as a process of this machine). Wall time is not used: other processes' load
 A block's CPU per accept off over on is one paired ratio; the device's cost is their median over the rounds,
 judged by issue 25's rule: it earns its place when switching it off costs more than 5 % of the accept's CPU
 (the median round) and no round reads it cheaper off. The accept's CPU is what bounds B1 on a CPU-bound machine.
-The consumer's batched ACKs are measured the same way on the real broker and weighed against B5's CPU per event
-in the last full bench (a consumed message is a part of an event's cost, not all of it).
+A device whose unit is only a part of its figure's cost is weighed against the figure's whole cost (a row's
+`figure`): the consumer's batched ACKs were, against B5's CPU per event, and removed (2.6 %, under 5 %); their
+row stays in the JSON of the run that measured them (`--paired` at 0346852, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -160,99 +161,7 @@ def run(world: Any, rounds: int, count: int, log: Callable[[str], None] = print)
         cursor.execute("SELECT pg_backend_pid()")
         backend_pid = cursor.fetchone()[0]
     devices = [measure(d, post, backend_pid, rounds, count, log) for d in DEVICES]
-    from .launcher import ROOT
-
-    acks = measure_acks(rounds, 2 * count, log, b5_figure(ROOT / "artifacts" / "bench" / "results.json"))
-    return {"rounds": rounds, "accepts_per_block": count, "devices": [*devices, acks]}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The consumer's batched ACKs: the product's DeferredAcks on a quorum queue of the real broker
-# ---------------------------------------------------------------------------------------------------------
-
-ACK_QUEUE = "pilot_status.bench.paired_acks"
-
-
-def measure_acks(rounds: int, count: int, log: Callable[[str], None] = print,
-                 figure: dict[str, Any] | None = None) -> dict[str, Any]:
-    """CPU per consumed message (this process and RabbitMQ's) acked one by one (CONSUMER_ACK_BATCH=1) against
-    the product's batch, `count` messages a side, alternating: what the batch saves where it saves it, the
-    broker settling every ack through the quorum queue's Raft log. The figure the device serves is B5's: an
-    event costs the whole machine `figure["ms"]` (the last full bench), of which one consumed message is part,
-    so the verdict weighs what the batch saves against that, not against the consuming alone."""
-    from django.conf import settings
-    from kombu import Connection, Exchange, Queue
-
-    from ingestion.acks import DeferredAcks
-    from ingestion.consumer import ACK_MAX_DELAY_S, PREFETCH
-
-    from .ablation_measure import own_server_roots
-    from .procstats import tree
-
-    (broker,) = own_server_roots()["rabbitmq"]
-    batch = settings.CONSUMER_ACK_BATCH
-    queue = Queue(ACK_QUEUE, Exchange(ACK_QUEUE, type="direct"), routing_key=ACK_QUEUE, durable=True,
-                  queue_arguments={"x-queue-type": "quorum"})
-    sides: dict[int, list[dict[str, float]]] = {1: [], batch: []}
-    ratios = []
-    with Connection(settings.EVOLUTION_RABBITMQ_URL or settings.CELERY_BROKER_URL) as connection:
-        channel = connection.channel()
-        bound = queue(channel)
-        bound.declare()
-        producer = connection.Producer(channel)
-        try:
-            for r in range(rounds):
-                got = {}
-                for size in ([1, batch] if r % 2 == 0 else [batch, 1]):
-                    for i in range(count):
-                        producer.publish({"n": i}, exchange=queue.exchange, routing_key=ACK_QUEUE)
-                    acks = DeferredAcks(size, ACK_MAX_DELAY_S)
-                    handled = 0
-
-                    def on_message(body: Any, message: Any) -> None:
-                        nonlocal handled
-                        handled += 1
-                        acks.add(message)
-
-                    ours_before, broker_before = time.process_time(), tree_cpu_ns(tree(broker))
-                    with connection.Consumer(bound, callbacks=[on_message], prefetch_count=PREFETCH):
-                        while handled < count:
-                            connection.drain_events(timeout=10)
-                            acks.flush_if_due()
-                        acks.flush()
-                    # Every message was delivered (none ready) and the last acks had a moment to settle.
-                    while bound.queue_declare(passive=True).message_count:
-                        time.sleep(0.05)
-                    time.sleep(0.2)
-                    ours = (time.process_time() - ours_before) * 1000 / count
-                    theirs = (tree_cpu_ns(tree(broker)) - broker_before) / 1e6 / count
-                    got[size] = ours + theirs
-                    sides[size].append({"consumer": round(ours, 4), "rabbitmq": round(theirs, 4)})
-                ratios.append(got[1] / got[batch])
-                log(f"  acks round {r + 1}: batch {batch} {got[batch]:.3f} ms, one by one {got[1]:.3f} ms "
-                    f"({ratios[-1]:.3f}×)")
-        finally:
-            bound.delete()
-    totals = {size: [sum(x.values()) for x in runs] for size, runs in sides.items()}
-    costs = [off - on for off, on in zip(totals[1], totals[batch])]
-    judged = [1 + cost / figure["ms"] for cost in costs] if figure else ratios
-    return {"device": "batched consumer ACKs", "setting": "CONSUMER_ACK_BATCH=1", "unit": "consumed message",
-            "on": sides[batch], "off": sides[1], "figure": figure,
-            "ratios": [round(x, 4) for x in ratios], "median_ratio": round(statistics.median(ratios), 4),
-            "figure_ratios": [round(x, 4) for x in judged], "verdict": verdict(judged)}
-
-
-def b5_figure(path: Path) -> dict[str, Any] | None:
-    """B5's machine CPU per event (both copies) in the results JSON of the last full bench, if there is one."""
-    import json
-
-    try:
-        results = json.loads(path.read_text())
-        ms = results["scenarios"]["B5"]["runs"][0]["cpu_ms_per_event"]["machine"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return None
-    return {"name": "B5", "what": "machine CPU per event, both copies", "ms": ms,
-            "commit": results.get("machine", {}).get("commit", "?")}
+    return {"rounds": rounds, "accepts_per_block": count, "devices": devices}
 
 
 def _figure_cost(d: dict[str, Any]) -> str:
@@ -274,8 +183,10 @@ def render(result: dict[str, Any]) -> str:
         f"Paired in one process (`python -m bench --paired`), {result['rounds']} rounds. The accept path's devices: "
         f"{result['accepts_per_block']:,} accepts a side a round, on and off alternating every 50, CPU of the process "
         "(Django's WSGI handler as gunicorn calls it: the whole middleware and view) and of its Postgres backend. "
-        f"The consumer's ACKs: {2 * result['accepts_per_block']:,} messages a side a round from a quorum queue, acked "
-        "by the product's DeferredAcks, CPU of the consuming process and of RabbitMQ. A device earns its place when "
+        + (f"The consumer's ACKs: {2 * result['accepts_per_block']:,} messages a side a round from a quorum queue, acked "
+           "by the product's DeferredAcks (removed since), CPU of the consuming process and of RabbitMQ. "
+           if any(d.get("unit") == "consumed message" for d in result["devices"]) else "") +
+        "A device earns its place when "
         "off costs more than 5 % (the median round) and no round reads it cheaper off.",
         "",
         "| device off | switch | CPU on → off (median) | off / on, median (min–max) | what off costs the figure it serves, median (min–max) | verdict |",

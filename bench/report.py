@@ -37,8 +37,7 @@ WHY: dict[str, tuple[tuple[str, str], ...]] = {
            ("Relay design", "the OTP lane has a relay of its own")),
     "B4": (("The send slot", "the lane worker takes the instance's send slot right before it calls Evolution, so "
             "the cap holds at Evolution, not only at the relay"),),
-    "B5": (("Batched consumer ACKs", "the consumer acks handled deliveries in batches"),
-           ("The done mark", "an event's second copy is skipped on its lock's own round trip"),
+    "B5": (("The done mark", "an event's second copy is skipped on its lock's own round trip"),
            ("Webhook pool settings", "Evolution's webhooks have a gthread pool of their own, an internal-only app, "
             "and log failures only")),
     "B6": (("Relay design", "each turn goes to the project the relay released least recently"),),
