@@ -5,7 +5,7 @@
     python -m bench --smoke --out X.md    # tiny sizes (tests/bench/test_bench_smoke.py)
     python -m bench --set b2_messages=20000 --set runs=5
     python -m bench --ablation            # each device of issue 25 off alone (bench/ablation.py)
-    python -m bench --ablation --variants list | --variants metrics-carry,priorities --rounds 3
+    python -m bench --ablation --variants list | --variants ack-batch,priorities --rounds 3
     python -m bench --paired              # the accept path's devices on and off in one process (bench/paired.py)
 
 Sizes: bench/sizes.py (env BENCH_<NAME> or --set name=value).

@@ -57,6 +57,7 @@ VARIANTS = (
     Variant("plain-validator", "second validator", {"SEND_PLAIN_VALIDATOR": "0"}),
     Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),
     Variant("metrics-carry", "metrics carry", {"METRICS_FLUSH_SECONDS": "0"}),
+    Variant("ack-batch", "batched consumer ACKs", {"CONSUMER_ACK_BATCH": "1"}),
     Variant("gateway-limit", "adaptive gateway limit", {"GATEWAY_ADAPTIVE_LIMIT": "0"}),
 )
 

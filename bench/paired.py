@@ -10,9 +10,10 @@ runs as a process of this machine). Wall time is not used: other processes' load
 A block's CPU per accept off over on is one paired ratio; the device's cost is their median over the rounds,
 judged by issue 25's rule: it earns its place when switching it off costs more than 5 % of the accept's CPU
 (the median round) and no round reads it cheaper off. The accept's CPU is what bounds B1 on a CPU-bound machine.
-A device whose unit is only a part of its figure's cost is weighed against the figure's whole cost (a row's
-`figure`): the consumer's batched ACKs were, against B5's CPU per event, and removed (2.6 %, under 5 %); their
-row stays in the JSON of the run that measured them (`--paired` at 0346852, docs/benchmarks.md).
+The consumer's batched ACKs were measured here too (0346852: consuming from a quiet quorum queue, weighed against
+B5's CPU per event, a row's `figure`) and read 2.6 %; B5 in the stack read 9 % (bench/findings.md), the broker's
+per-ack work costing more while Evolution publishes. So only devices whose whole cost is in one process are
+measured here.
 """
 
 from __future__ import annotations
@@ -165,14 +166,9 @@ def run(world: Any, rounds: int, count: int, log: Callable[[str], None] = print)
 
 
 def _figure_cost(d: dict[str, Any]) -> str:
-    judged = d.get("figure_ratios") or d["ratios"]
-    share = f"{100 * (statistics.median(judged) - 1):+.1f} % ({100 * (min(judged) - 1):+.1f} to {100 * (max(judged) - 1):+.1f})"
-    if figure := d.get("figure"):
-        return (f"{share} of {figure['name']}'s {figure['ms']:.2f} ms of {figure['what']} "
-                f"(full bench at `{figure['commit']}`)")
-    if d.get("unit") == "accept":
-        return f"{share} of B1's CPU per accept"
-    return f"{share} of its own CPU (no full bench's figure to weigh it against)"
+    share = (f"{100 * (d['median_ratio'] - 1):+.1f} % ({100 * (min(d['ratios']) - 1):+.1f} to "
+             f"{100 * (max(d['ratios']) - 1):+.1f})")
+    return f"{share} of B1's CPU per accept"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -183,9 +179,6 @@ def render(result: dict[str, Any]) -> str:
         f"Paired in one process (`python -m bench --paired`), {result['rounds']} rounds. The accept path's devices: "
         f"{result['accepts_per_block']:,} accepts a side a round, on and off alternating every 50, CPU of the process "
         "(Django's WSGI handler as gunicorn calls it: the whole middleware and view) and of its Postgres backend. "
-        + (f"The consumer's ACKs: {2 * result['accepts_per_block']:,} messages a side a round from a quorum queue, acked "
-           "by the product's DeferredAcks (removed since), CPU of the consuming process and of RabbitMQ. "
-           if any(d.get("unit") == "consumed message" for d in result["devices"]) else "") +
         "A device earns its place when "
         "off costs more than 5 % (the median round) and no round reads it cheaper off.",
         "",

@@ -37,7 +37,8 @@ WHY: dict[str, tuple[tuple[str, str], ...]] = {
            ("Relay design", "the OTP lane has a relay of its own")),
     "B4": (("The send slot", "the lane worker takes the instance's send slot right before it calls Evolution, so "
             "the cap holds at Evolution, not only at the relay"),),
-    "B5": (("The done mark", "an event's second copy is skipped on its lock's own round trip"),
+    "B5": (("Batched consumer ACKs", "the consumer acks handled deliveries in batches"),
+           ("The done mark", "an event's second copy is skipped on its lock's own round trip"),
            ("Webhook pool settings", "Evolution's webhooks have a gthread pool of their own, an internal-only app, "
             "and log failures only")),
     "B6": (("Relay design", "each turn goes to the project the relay released least recently"),),
@@ -415,7 +416,9 @@ def header(results: dict[str, Any]) -> list[str]:
         "- How to run: `make bench` (every scenario, about 15 minutes; nothing else should run meanwhile), "
         "`make bench ARGS=\"--only B1,B3\"` for a subset, `--set name=value` or `BENCH_<NAME>` for a size "
         "(bench/sizes.py). The raw results go to artifacts/bench/results.json; "
-        "`python -m bench --report-only --json FILE --out docs/benchmarks.md` renders this page from one.",
+        "`python -m bench --report-only --json FILE --out docs/benchmarks.md` renders this page from one "
+        "(`--ablation-json`, `--paired-json` add the tables of a `--ablation` or `--paired` run: the devices, "
+        "each off alone).",
     ]
     if note := results.get("note"):
         lines.append(f"- Note: {note}")

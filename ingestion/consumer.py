@@ -6,7 +6,7 @@ exchanges is re-read from the database while running, so instances added later a
 Evolution's own quorum queues are never declared (services.md).
 
 Per message: lock → inbox (channel RABBITMQ, committed) → forward to the webhook handler with
-already_saved → ack (each delivery on its own, once its work is committed). A copy whose lock holds the
+already_saved → ack (acks go in batches of CONSUMER_ACK_BATCH, acks.py). A copy whose lock holds the
 done mark (the webhook processed the event) is acked without a database statement (locks.py). Every
 failure goes through `_retry_later`, which moves the message to a delay queue (per-queue TTL,
 dead-lettered back to the work queue: 5 s, 30 s, 3 min) and finally to a parking queue; a busy lock
@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from kombu.mixins import ConsumerMixin
 from pilot_status import jsonbody, metrics
 
 from . import forwarding, inbox
+from .acks import DeferredAcks
 from .locks import event_lock
 from .models import Channel, IngestionEvent
 
@@ -43,8 +45,11 @@ RETRY_DELAYS_S = (5, 30, 180)
 LOCKED_DELAY_S = RETRY_DELAYS_S[0]
 DB_DOWN_DELAY_S = RETRY_DELAYS_S[1]
 CONNECTION_CHECK_SECONDS = 1.0
-# Deliveries the broker sends ahead of the one being handled (each is acked once handled).
+# Handled deliveries are acked CONSUMER_ACK_BATCH (20) at a time, or once the oldest waited 0.1 s
+# (acks.py); CONSUMER_ACK_BATCH=1 acks each one at once. The prefetch leaves room for the next batch
+# while one waits for its ack (settings refuse a batch larger than it).
 PREFETCH = 100
+ACK_MAX_DELAY_S = 0.1
 CONFIRM_TIMEOUT_S = 10.0
 RETRY_HEADER = "x-ps-retries"
 ERROR_HEADER = "x-ps-last-error"
@@ -152,6 +157,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self.next_connection_check = 0.0
         self.arrived: deque[Any] = deque()  # deliveries waiting for the one being handled
         self.handling = False
+        self.acks = DeferredAcks(settings.CONSUMER_ACK_BATCH, ACK_MAX_DELAY_S)
         # Set by run_consumer: beats from the consuming loop, so a consumer that is killed, stuck, or
         # cut off from RabbitMQ turns stale on the status page (pilot_status.heartbeats).
         self.heartbeat: Any = None
@@ -160,6 +166,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
 
     def get_consumers(self, consumer_cls: Any, channel: Any) -> list[Consumer]:
         self.channel = channel
+        self.acks.forget()  # a new channel: the old one's unacked deliveries come again
         for queue in [*self.topology.retries, self.topology.parking]:
             assert queue is not None
             queue.bind(channel).declare()
@@ -168,7 +175,31 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         consumer = consumer_cls(queues=[self.topology.work], callbacks=[self.on_message], accept=None, prefetch_count=PREFETCH)
         return [consumer]
 
+    def consume(
+        self, limit: int | None = None, timeout: int | None = None, safety_interval: float = ACK_MAX_DELAY_S, **kwargs: Any
+    ) -> Any:
+        # Wake at least every ACK_MAX_DELAY_S, so that on_iteration acks a trickle in time.
+        return super().consume(limit, timeout, safety_interval, **kwargs)  # type: ignore[arg-type,func-returns-value]
+
+    @contextmanager
+    def extra_context(self, connection: Any, channel: Any) -> Iterator[None]:  # type: ignore[override]
+        # Entered around the consuming loop, and left while the connection is still open, on
+        # every way out: a stop, an error, or a caller that closes the loop.
+        try:
+            yield
+        finally:
+            self._flush_acks()
+
+    def _flush_acks(self) -> None:
+        try:
+            self.acks.flush()
+        except (*self.connection.connection_errors, *self.connection.channel_errors) as exc:
+            # Not acked: the broker redelivers them and the done mark or the inbox skips them.
+            log.info("could not ack the last handled deliveries (%s); they will come again", exc)
+            self.acks.forget()
+
     def on_iteration(self) -> None:
+        self.acks.flush_if_due()
         if self.heartbeat is not None:
             self.heartbeat.beat()
         if self.instance_source is None or not settings.EVOLUTION_RABBITMQ_PER_INSTANCE:
@@ -215,6 +246,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         except BaseException:
             # The broker went away: it redelivers these and the unacked ones on the next connection.
             self.arrived.clear()
+            self.acks.forget()
             raise
         finally:
             self.handling = False
@@ -250,7 +282,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self._check_connection()
         with event_lock(inbox.dedup_key(payload), skipped_counter="rabbitmq:skipped") as hold:
             if hold.done:  # the webhook processed it (committed): no statement; counted by the lock
-                message.ack()
+                self.acks.add(message)
                 return "skipped"
             if not hold:
                 # The webhook channel is on it right now: look again after a short delay
@@ -269,12 +301,12 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             if event.processed_at is not None:
                 hold.finish()
                 hold.count("rabbitmq:skipped")
-                message.ack()
+                self.acks.add(message)
                 return "skipped"
             ok, error = forwarding.forward(payload)
             if ok:
                 hold.count("rabbitmq:forward_ok")
-                message.ack()
+                self.acks.add(message)
                 return "forwarded"
             hold.count("rabbitmq:forward_fail")
             _note_failure(event, error)
@@ -312,7 +344,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         # A confirm that never comes ends as a connection error (reconnect; the unacked original
         # is redelivered), never as a consumer blocked for good.
         producer.publish(message.body, headers=headers, delivery_mode=2, confirm_timeout=CONFIRM_TIMEOUT_S)
-        message.ack()
+        self.acks.add(message)
 
 
 def _retries(message: Any) -> int:

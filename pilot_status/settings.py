@@ -198,6 +198,12 @@ if EVOLUTION_RABBITMQ_URL:
 EVOLUTION_RABBITMQ_EXCHANGE = envstr("EVOLUTION_RABBITMQ_EXCHANGE", "evolution_exchange")
 # Per-instance mode: Evolution publishes on an exchange named after each instance.
 EVOLUTION_RABBITMQ_PER_INSTANCE = envbool("EVOLUTION_RABBITMQ_PER_INSTANCE", False)
+# The consumer acks handled deliveries this many at a time (one `multiple` ack: a quorum queue settles
+# each ack through its log), or once the oldest waited 0.1 s (ingestion.acks); 1 acks each delivery at
+# once. At most the consumer's prefetch (100): a larger batch could never fill.
+CONSUMER_ACK_BATCH = envint("CONSUMER_ACK_BATCH", 20, minimum=1)
+if CONSUMER_ACK_BATCH > 100:
+    raise ImproperlyConfigured(f"CONSUMER_ACK_BATCH must be at most 100 (the consumer's prefetch), got {CONSUMER_ACK_BATCH}")
 EVOLUTION_CONNECT_TIMEOUT = envfloat("EVOLUTION_CONNECT_TIMEOUT", 3.0, above=0)
 EVOLUTION_READ_TIMEOUT = envfloat("EVOLUTION_READ_TIMEOUT", 15.0, above=0)
 # Human-like typing before each message (seeds A, stage 3; messaging.sending.typing_delay): ms per character

@@ -119,10 +119,10 @@ def test_one_round_alone_shows_nothing_unless_its_value_is_outside_the_reference
 
 def _results(read: bool = True) -> dict[str, Any]:
     variants = {v.key: {"device": v.device, "env": v.env, "read_by_product": read or not v.env}
-                for v in VARIANTS if v.key in (REFERENCE, "metrics-carry", "priorities")}
+                for v in VARIANTS if v.key in (REFERENCE, "ack-batch", "priorities")}
     summary = {
         REFERENCE: {"figures": _figures([TODAY, TODAY]), "rounds": 2, "complete": True, "errors": 0},
-        "metrics-carry": {"figures": _figures([_same(b3_ratio=2.0), _same(b3_ratio=2.2)]), "rounds": 2, "complete": True,
+        "ack-batch": {"figures": _figures([_same(b3_ratio=2.0), _same(b3_ratio=2.2)]), "rounds": 2, "complete": True,
                        "errors": 0},
         "priorities": {"figures": _figures([TODAY, TODAY]), "rounds": 2, "complete": False, "errors": 0},
     }
@@ -140,8 +140,8 @@ def test_the_table_has_one_row_per_variant_with_each_figure_its_change_and_a_ver
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and "---" not in line}
     assert rows["all on (today)"].startswith("| all on (today) | – | 0.80 | 1.30 | 1.40 | 1.30 | 0.60 | 20.0 |")
     assert "reference; targets met: B1, B3, B5" in rows["all on (today)"]
-    window = rows["metrics carry"]
-    assert "| `METRICS_FLUSH_SECONDS=0` |" in window
+    window = rows["batched consumer ACKs"]
+    assert "| `CONSUMER_ACK_BATCH=1` |" in window
     assert "| 2.20 (2.00–2.20) +69 % |" in window  # B3: median of the rounds (min–max), change vs all on
     assert "| 0.80 +0 % |" in window
     assert "**earns its place** (B3 falls below ≤ 1.5×; B3 ratio +69 % (worse in 2 of 2 rounds, ranges apart))" in window
@@ -154,7 +154,7 @@ def test_a_run_from_before_a_figure_existed_renders_it_as_n_a() -> None:
     for summary in results["summary"].values():
         del summary["figures"]["b1_cpu_ratio"]
 
-    rows = [line for line in render(results) if line.startswith("| metrics carry")]
+    rows = [line for line in render(results) if line.startswith("| batched consumer ACKs")]
 
     assert rows[0].split(" | ")[4] == "n/a"
 
@@ -162,22 +162,22 @@ def test_a_run_from_before_a_figure_existed_renders_it_as_n_a() -> None:
 def test_a_switch_the_product_does_not_read_gets_no_verdict() -> None:
     lines = render(_results(read=False))
 
-    window = next(line for line in lines if line.startswith("| metrics carry"))
+    window = next(line for line in lines if line.startswith("| batched consumer ACKs"))
     assert window.endswith("| switch not read by this commit: noise |")
 
 
 def test_the_variants_are_all_on_first_then_the_chosen_ones_and_each_round_starts_one_later() -> None:
-    chosen = select("metrics-carry,priorities")
-    assert [v.key for v in chosen] == [REFERENCE, "metrics-carry", "priorities"]
+    chosen = select("ack-batch,priorities")
+    assert [v.key for v in chosen] == [REFERENCE, "ack-batch", "priorities"]
     assert [v.key for v in select("")] == [v.key for v in VARIANTS]
     with pytest.raises(SystemExit, match="unknown nope"):
         select("nope")
 
     order = [(r, v.key) for r, v in rounds_order(chosen, 3)]
 
-    assert order == [(1, REFERENCE), (1, "metrics-carry"), (1, "priorities"),
-                     (2, "metrics-carry"), (2, "priorities"), (2, REFERENCE),
-                     (3, "priorities"), (3, REFERENCE), (3, "metrics-carry")]
+    assert order == [(1, REFERENCE), (1, "ack-batch"), (1, "priorities"),
+                     (2, "ack-batch"), (2, "priorities"), (2, REFERENCE),
+                     (3, "priorities"), (3, REFERENCE), (3, "ack-batch")]
 
 
 def test_sizes_come_from_env_and_the_command_line_which_wins() -> None:
@@ -190,7 +190,7 @@ def test_sizes_come_from_env_and_the_command_line_which_wins() -> None:
 
 
 def test_a_switch_is_read_when_a_product_source_names_it() -> None:
-    assert ablation.read_by_product("METRICS_FLUSH_SECONDS")
+    assert ablation.read_by_product("CONSUMER_ACK_BATCH")
     assert ablation.read_by_product("BACKGROUND_NICE")  # the launcher passes it to pilot_status.priority
     assert not ablation.read_by_product("NO_SUCH_SWITCH_ANYWHERE")
 
@@ -210,14 +210,14 @@ def _is_figure(value: object) -> bool:
 
 @pytest.mark.timeout(960)  # as the bench smoke test: a whole harness run in a subprocess, its own stacks
 def test_the_ablation_runs_each_variant_in_a_stack_of_its_own_and_writes_the_table(tmp_path: Path) -> None:
-    # given: a bench database of its own, and two variants: all on, and the metrics counted one round trip each
+    # given: a bench database of its own, and two variants: all on, and the consumer's ACKs one by one
     env = dict(os.environ)
     env["BENCH_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_bench_ablation_smoke"
     out, raw = tmp_path / "ablation.md", tmp_path / "ablation.json"
 
     # when
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--ablation", "--smoke", "--variants", "metrics-carry",
+        [sys.executable, "-m", "bench", "--ablation", "--smoke", "--variants", "ack-batch",
          "--out", str(out), "--json", str(raw)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
@@ -225,9 +225,9 @@ def test_the_ablation_runs_each_variant_in_a_stack_of_its_own_and_writes_the_tab
     # then: each variant ran once, in order, every figure of every scenario is a number
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     results = json.loads(raw.read_text())
-    assert results["order"] == [REFERENCE, "metrics-carry"]
-    assert results["variants"]["metrics-carry"]["env"] == {"METRICS_FLUSH_SECONDS": "0"}
-    for key in (REFERENCE, "metrics-carry"):
+    assert results["order"] == [REFERENCE, "ack-batch"]
+    assert results["variants"]["ack-batch"]["env"] == {"CONSUMER_ACK_BATCH": "1"}
+    for key in (REFERENCE, "ack-batch"):
         (slot,) = results["slots"][key]
         assert "error" not in slot
         assert slot["b1"]["every_202_stored"] is True and slot["b5"]["correct"] is True and slot["b3"]["all_sent"]
@@ -237,7 +237,7 @@ def test_the_ablation_runs_each_variant_in_a_stack_of_its_own_and_writes_the_tab
         for name in ("b1_ratio", "b1_p99_ratio", "b3_ratio", "b5_ratio", "b2_cpu_ms", "b2_sent_rate_with_otps"):
             assert _is_figure(figures[name]["median"]), (key, name, figures[name])
     table = out.read_text()
-    assert "| all on (today) | – |" in table and "| metrics carry | `METRICS_FLUSH_SECONDS=0` |" in table
+    assert "| all on (today) | – |" in table and "| batched consumer ACKs | `CONSUMER_ACK_BATCH=1` |" in table
     assert "Smoke run" in table
 
 

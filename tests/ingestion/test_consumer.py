@@ -324,12 +324,52 @@ def test_deliveries_arriving_during_a_confirm_wait_are_handled_after_it_never_in
     assert IngestionEvent.objects.count() == 0
 
 
-def test_every_delivery_is_handled_once_and_acked_on_its_own_once_handled(
-    transactional_db, web, connection, topo, alice, alice_instance, exchange_name, settings
+def test_handled_deliveries_are_acked_in_batches_and_none_is_left_unacked(
+    transactional_db, connection, topo, exchange_name, settings
 ):
-    """New events (stored, forwarded) and the webhook's (skipped on the done mark) mixed: each delivery is
-    acked on its own as soon as it is handled, nothing is lost or left unacked. Acks are counted from the
-    channel's own basic_ack."""
+    # A quorum queue settles each ack through its Raft log: one `multiple` ack per batch.
+    batch = settings.CONSUMER_ACK_BATCH = 20  # the default, set here so that CONSUMER_ACK_BATCH=1 runs it too
+    count = batch * 2 + 5
+    for n in range(count):
+        payload = receipt("READ", key_id=f"BATCH{n:04d}", channel="rabbitmq")
+        metrics.redis().set(LOCK_PREFIX + inbox.dedup_key(payload), DONE, ex=60)  # the webhook had them
+        publish_like_evolution(connection, exchange_name, payload)
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own:
+        worker = consumer_module.EvolutionConsumer(own, topo)
+        sent = []
+        real_ack = amqp.Channel.basic_ack
+
+        def counting_ack(channel, delivery_tag, multiple=False, **kwargs):
+            sent.append((delivery_tag, multiple))
+            return real_ack(channel, delivery_tag, multiple=multiple, **kwargs)
+
+        with pytest.MonkeyPatch.context() as patch:  # a spy: every ack still reaches the broker
+            patch.setattr(amqp.Channel, "basic_ack", counting_ack)
+            loop = worker.consume(timeout=1)
+            for _ in loop:
+                if worker.handled == count:
+                    break
+            assert worker.acks.pending == count - batch * 2
+            with pytest.raises(socket.timeout):  # idle for 1 s: the last five are acked meanwhile
+                next(loop)
+            acked_while_idle = list(sent)
+            loop.close()
+
+    assert worker.handled == count
+    assert sent[:2] == [(batch, True), (batch * 2, True)]
+    assert acked_while_idle == sent and len(sent) == 3 and sent[-1] == (count, True)
+    assert counter("rabbitmq:skipped") == count
+    assert depth(connection, topo.work) == 0  # the connection is closed: an unacked one would be back
+
+
+@pytest.mark.parametrize("batch", [20, 1], ids=["batched-acks", "one-ack-each"])
+def test_with_either_ack_batch_every_delivery_is_handled_once_and_acked(
+    transactional_db, web, connection, topo, alice, alice_instance, exchange_name, settings, batch
+):
+    """CONSUMER_ACK_BATCH (issue 25's switch): batches of 20 or one ack per delivery at once lose
+    nothing and leave nothing unacked, with new events (stored, forwarded) and the webhook's
+    (skipped on the done mark) mixed. Acks are counted from the channel's own basic_ack."""
+    settings.CONSUMER_ACK_BATCH = batch
     count = 45
     fresh = []
     for n in range(count):
@@ -353,12 +393,18 @@ def test_every_delivery_is_handled_once_and_acked_on_its_own_once_handled(
         for _ in loop:
             if worker.handled == count:
                 break
-        acked_while_consuming = list(sent)
-        loop.close()
+        if batch == 1:
+            assert worker.acks.pending == 0 and sent == [(tag, False) for tag in range(1, count + 1)]
+        loop.close()  # leaving the loop acks what is pending, on the open connection
 
     assert worker.handled == count
-    assert acked_while_consuming == [(tag, False) for tag in range(1, count + 1)]  # each at once, none pending
-    assert sent == acked_while_consuming
+    if batch == 1:
+        assert sent == [(tag, False) for tag in range(1, count + 1)]
+    else:
+        # `multiple` acks of at most 20 deliveries each (fewer when one waited 0.1 s), the last one the newest.
+        tags = [0] + [tag for tag, _ in sent]
+        assert all(multiple for _, multiple in sent) and tags[-1] == count
+        assert all(0 < newer - older <= batch for older, newer in zip(tags, tags[1:]))
     events = IngestionEvent.objects.all()
     assert sorted(e.payload["data"]["keyId"] for e in events) == fresh  # each new one stored, once
     assert all(e.channel == "RABBITMQ" and e.processed_at is not None for e in events)
@@ -372,22 +418,18 @@ def test_every_delivery_is_handled_once_and_acked_on_its_own_once_handled(
 def test_deliveries_handled_but_not_yet_acked_come_again_after_a_crash_and_are_skipped(
     transactional_db, web, connection, topo, sent_message, exchange_name, settings
 ):
+    settings.CONSUMER_ACK_BATCH = 20  # batched acks are what leaves handled deliveries unacked
     for status in ("SERVER_ACK", "DELIVERY_ACK"):
         publish_like_evolution(connection, exchange_name, receipt(status, channel="rabbitmq"))
-    dropped = []
-
-    def dies_before_the_ack(channel, delivery_tag, multiple=False, **kwargs):
-        dropped.append(delivery_tag)  # handled and committed; the process dies before the ack leaves it
-
-    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own, pytest.MonkeyPatch.context() as patch:
-        patch.setattr(amqp.Channel, "basic_ack", dies_before_the_ack)
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own:
         worker = consumer_module.EvolutionConsumer(own, topo)
         loop = worker.consume(timeout=5)
         for _ in loop:
             if worker.handled == 2:
                 break
-        loop.close()  # its connection closes without the acks
-    assert dropped == [1, 2]
+        assert worker.acks.pending == 2  # handled and committed, the ack not sent yet
+        worker.acks.forget()  # the process dies here: its connection closes without the ack
+        loop.close()
     assert IngestionEvent.objects.count() == 2
     deadline = time.monotonic() + 5
     while depth(connection, topo.work) < 2 and time.monotonic() < deadline:

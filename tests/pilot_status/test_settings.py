@@ -26,6 +26,8 @@ def start_up(**overrides: str) -> subprocess.CompletedProcess[str]:
     ("BREAKER_FAILURE_RATE", "1.5", "BREAKER_FAILURE_RATE must be <= 1"),
     ("RATE_LIMIT_BURST", "0", "RATE_LIMIT_BURST must be >= 1"),
     ("SEND_MAX_ATTEMPTS", "ten", "SEND_MAX_ATTEMPTS must be an integer"),
+    ("CONSUMER_ACK_BATCH", "0", "CONSUMER_ACK_BATCH must be >= 1"),
+    ("CONSUMER_ACK_BATCH", "101", "CONSUMER_ACK_BATCH must be at most 100 (the consumer's prefetch)"),
     ("SEND_PLAIN_VALIDATOR", "maybe", "SEND_PLAIN_VALIDATOR must be a boolean"),
     ("METRICS_FLUSH_SECONDS", "-1", "METRICS_FLUSH_SECONDS must be >= 0"),
 ])
