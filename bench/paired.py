@@ -179,8 +179,9 @@ def render(result: dict[str, Any]) -> str:
         f"Paired in one process (`python -m bench --paired`), {result['rounds']} rounds. The accept path's devices: "
         f"{result['accepts_per_block']:,} accepts a side a round, on and off alternating every 50, CPU of the process "
         "(Django's WSGI handler as gunicorn calls it: the whole middleware and view) and of its Postgres backend. "
-        "A device earns its place when "
-        "off costs more than 5 % (the median round) and no round reads it cheaper off.",
+        "A device earns its place when off costs more than 5 % (the median round) and no round reads it cheaper "
+        "off. The stack-level ablation cannot resolve changes this small on this host, so for these devices this "
+        "table decides; the consumer's batched ACKs were decided by B5 in the stack (bench/findings.md).",
         "",
         "| device off | switch | CPU on → off (median) | off / on, median (min–max) | what off costs the figure it serves, median (min–max) | verdict |",
         "|---|---|---|---|---|---|",
