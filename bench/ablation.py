@@ -30,7 +30,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -206,13 +206,11 @@ def run_slot(variant: Variant, config: StackConfig, world: Any, sizes: AblationS
         try:
             stack.start()
             ctx = Context(stack, Simulator(stack.simulator_url), world, sizes.scenario_sizes(), log=log)
-            if sizes.gateway_nice:
-                from .scenarios.b8_slow_gateway import gateway_cpu
+            from .scenarios.b8_slow_gateway import gateway_cpu
 
-                with gateway_cpu(ctx, sizes.gateway_nice) as raised:
+            with gateway_cpu(ctx, sizes.gateway_nice) if sizes.gateway_nice else nullcontext(False) as raised:
+                if sizes.gateway_nice:
                     slot["gateway_nice"] = sizes.gateway_nice if raised else 0
-                    measure(ctx, sizes, log, slot)
-            else:
                 measure(ctx, sizes, log, slot)
         except Exception:
             slot["error"] = traceback.format_exc()

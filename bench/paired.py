@@ -20,8 +20,8 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,18 +57,6 @@ def verdict(ratios: list[float], threshold: float = THRESHOLD) -> str:
     return "removable"
 
 
-@contextmanager
-def setting(name: str, value: Any) -> Iterator[None]:
-    from django.conf import settings
-
-    before = getattr(settings, name)
-    setattr(settings, name, value)
-    try:
-        yield
-    finally:
-        setattr(settings, name, before)
-
-
 def block(post: Callable[[], int], count: int, backend_pid: int) -> tuple[float, float]:
     """CPU ms per accept of this process and of its Postgres backend over `count` accepts."""
     cpu, pg = time.process_time(), backend_cpu_ns(backend_pid)
@@ -79,6 +67,8 @@ def block(post: Callable[[], int], count: int, backend_pid: int) -> tuple[float,
 
 def measure(device: Device, post: Callable[[], int], backend_pid: int, rounds: int, count: int,
             log: Callable[[str], None], slice_size: int = SLICE) -> dict[str, Any]:
+    from django.test import override_settings
+
     on_ms, off_ms, ratios = [], [], []
     for r in range(rounds):
         # The round's accepts in slices of `slice_size`, on and off alternating (each pair in the other order
@@ -86,7 +76,7 @@ def measure(device: Device, post: Callable[[], int], backend_pid: int, rounds: i
         totals = {True: [0.0, 0.0], False: [0.0, 0.0]}
         for i in range(max(1, count // slice_size)):
             for on in ([True, False] if (r + i) % 2 == 0 else [False, True]):
-                with nullcontext() if on else setting(device.setting, device.off):
+                with nullcontext() if on else override_settings(**{device.setting: device.off}):
                     python_ms, postgres_ms = block(post, slice_size, backend_pid)
                 totals[on][0] += python_ms
                 totals[on][1] += postgres_ms
