@@ -8,6 +8,7 @@ import math
 import os
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path

@@ -251,3 +251,33 @@ def test_a_trial_variant_sets_any_setting_and_is_measured_against_all_on() -> No
     for bad in ("env:", "env:lower=1", "env:NAME=", "env:NAME"):
         with pytest.raises(SystemExit, match="not env:NAME=VALUE"):
             select(bad)
+
+
+def test_a_part_that_fails_once_is_tried_again_and_the_slot_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    # given: a part that raises the first time (a shared host's load breaking a run), and a stack with nothing dead
+    monkeypatch.setattr(ablation_measure.time, "sleep", lambda seconds: None)
+    calls: list[int] = []
+
+    def part() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("server closed the connection")
+        return "measured"
+
+    class Stack:
+        def revive(self) -> list[str]:
+            return []
+
+    class Ctx:
+        stack = Stack()
+
+    slot: dict[str, Any] = {}
+    logged: list[str] = []
+
+    # when
+    result = ablation_measure.attempt(Ctx(), slot, "B2", part, logged.append)
+
+    # then: the second try's figure, and the first failure named in the slot and logged whole
+    assert result == "measured" and len(calls) == 2
+    assert slot["retried"] == {"B2": "ConnectionError: server closed the connection"}
+    assert "Traceback" in logged[0]
