@@ -6,11 +6,9 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -151,6 +149,7 @@ def measure_b2(ctx: Any, otp_rate: float) -> dict[str, Any]:
     tenant's OTP stream at `otp_rate` alongside (b3's otp_stream), from the bulk accept until READ."""
     from .procstats import CpuMeter
     from .scenarios import b2_pipeline
+    from .scenarios.b3_otp_latency import OtpStream
 
     count = ctx.sizes.b2_messages
     ctx.fresh()
@@ -167,48 +166,6 @@ def measure_b2(ctx: Any, otp_rate: float) -> dict[str, Any]:
                           "all_read": with_otps["all_read"], "otps": len(stream.ids), "otp_p99_ms": otp.get("p99_ms"),
                           "otps_all_sent": otp.get("all_sent"), "stream_error": stream.error},
             "with_otps_ratio": _ratio(with_otps["sent_rate"], alone["sent_rate"])}
-
-
-class OtpStream:
-    """Project B's OTPs at `rate` in a thread while the block runs: b3's otp_stream, one second's worth at a
-    time, each second waited out, so the stream keeps its rate however long the pipeline takes."""
-
-    def __init__(self, ctx: Any, rate: float):
-        from .world import World
-
-        # Another tenant's OTPs: b3's helper sends as world.a, so give it a world whose `a` is project B.
-        world: World = replace(ctx.world, a=ctx.world.b)
-        self.ctx = replace(ctx, world=world)
-        self.rate = rate
-        self.ids: list[str] = []
-        self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        from .scenarios.b3_otp_latency import otp_stream
-
-        per_second = max(1, round(self.rate))
-        try:
-            while not self._stop.is_set():
-                started = time.monotonic()
-                self.ids += otp_stream(self.ctx, per_second, self.rate)
-                self._stop.wait(max(0.0, started + per_second / self.rate - time.monotonic()))
-        except Exception as exc:  # reported with the figure: a stream that broke is no stream
-            self.error = f"{exc.__class__.__name__}: {exc}"
-
-    def __enter__(self) -> OtpStream:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def latencies(self) -> dict[str, Any]:
-        from .scenarios.b3_otp_latency import latencies
-
-        return latencies(self.ctx, self.ids) if self.ids else {}
 
 
 def measure(ctx: Any, sizes: Any, log: Callable[[str], None], slot: dict[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,11 @@ runs in the stack at its topology priority. Each run records how many callbacks 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 import requests
@@ -24,6 +26,7 @@ from ..backlog import bulk_accept, live_key
 from ..callbacks_on import Receiver, Tally, callbacks_on
 from ..context import Context, cpu_summary, wait_for
 from ..stats import Spread, percentile
+from ..world import World
 
 
 def otp_stream(ctx: Context, count: int, rate: float, answered_ms: dict[str, float] | None = None) -> list[str]:
@@ -70,6 +73,42 @@ def latencies(ctx: Context, ids: list[str], answered_ms: dict[str, float] | None
             "slowest": [(n, round(values[n]), [round(v) for v in parts.get(uuid.UUID(ids[n]), ())],
                          round(answered_ms[ids[n]]) if answered_ms and ids[n] in answered_ms else None)
                         for n in slowest]}
+
+
+class OtpStream:
+    """Project B's OTPs at `rate` in a thread while the block runs: b3's otp_stream, one second's worth at a
+    time, each second waited out, so the stream keeps its rate however long the pipeline takes."""
+
+    def __init__(self, ctx: Any, rate: float):
+        # Another tenant's OTPs: b3's helper sends as world.a, so give it a world whose `a` is project B.
+        world: World = replace(ctx.world, a=ctx.world.b)
+        self.ctx = replace(ctx, world=world)
+        self.rate = rate
+        self.ids: list[str] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        per_second = max(1, round(self.rate))
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                self.ids += otp_stream(self.ctx, per_second, self.rate)
+                self._stop.wait(max(0.0, started + per_second / self.rate - time.monotonic()))
+        except Exception as exc:  # reported with the figure: a stream that broke is no stream
+            self.error = f"{exc.__class__.__name__}: {exc}"
+
+    def __enter__(self) -> OtpStream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def latencies(self) -> dict[str, Any]:
+        return latencies(self.ctx, self.ids) if self.ids else {}
 
 
 def split(rows: dict[Any, tuple[Any, Any, Any]]) -> dict[Any, tuple[float, float, float]]:

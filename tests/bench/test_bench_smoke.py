@@ -62,6 +62,10 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     assert alone["all_sent"] and _is_figure(alone["sent_rate"])
     assert alone["receipts_emitted"] == {"webhook": 0, "rabbitmq": 0}
     assert set(sc["B2"]["peak_rss_mb"]) >= {"web", "worker", "relay", "consumer", "simulator"}
+    beside = sc["B2"]["with_otps"]  # another tenant's OTPs beside each run: the pair's figures are numbers
+    assert [r["all_sent"] and r["otps_all_sent"] and r["stream_error"] is None for r in beside["runs"]] == [True]
+    assert beside["runs"][0]["otps"] > 0 and _is_figure(beside["ratio"]["median"])
+    assert _is_figure(beside["otp_cpu_share"]["median"]) and _is_figure(beside["runs"][0]["otp_cpu_ms"])
     assert _is_figure(sc["B3"]["idle"]["p99_ms"]["median"]) and _is_figure(sc["B3"]["backlog_run"]["p99_ms"]["median"])
     assert sc["B4"]["drained"] is True and isinstance(sc["B4"]["attempts_consumed_during_outage"], int)
     assert sc["B5"]["correct"] is True and _is_figure(sc["B5"]["rate"]["median"])

@@ -155,3 +155,44 @@ def test_b7_is_reported_against_its_baseline_with_its_cpu_per_delivery_and_judge
     assert "| 1 | 244 | 21 | 22 | 21 | 3,118 / 3,118 / 3,118 |" in b7
     # the share of a core the callbacks worker had, and what a whole core would deliver at its CPU per delivery
     assert "callbacks worker had 22 % of one core" in b7 and "about 99/s" in b7
+
+
+def _with_otps(ratios: list[float], shares: list[float]) -> dict[str, Any]:
+    from bench.scenarios import b2_otp_neighbour
+
+    runs = [{"sent_rate": 50 * r, "read_rate": 40 * r, "all_sent": True, "all_read": True, "sent_s": 30.0,
+             "alone_sent_rate": 50.0, "ratio": r, "otps": 600, "otps_all_sent": True, "otp_p99_ms": 120.0,
+             "stream_error": None, "cpu_s": 60.0, "alone_cpu_s": 40.0, "wall_s": 30.0, "otp_cpu_ms": 33.3,
+             "otp_cpu_share": share, "kept_of_left": r / (1 - share)} for r, share in zip(ratios, shares)]
+    return b2_otp_neighbour.summary(20.0, runs)
+
+
+def test_b2_beside_another_tenants_otps_is_its_own_row_judged_at_half_of_b2_alone(results: dict[str, Any]) -> None:
+    # given: two pairs, B2 keeping 0.62 and 0.48 of its rate alone while the OTPs took 30 and 40 % of the machine
+    results["scenarios"]["B2"]["with_otps"] = _with_otps([0.62, 0.48], [0.30, 0.40])
+
+    text = report.render(results)
+
+    # then: the row follows M, judged on the median ratio (0.55 ≥ 0.5), with the share the OTPs' own work took
+    assert _summary_rows(text)[:5] == ["id", "B1", "B2", "M", "B2o"]
+    row = next(line for line in text.splitlines() if line.startswith("| B2o |"))
+    assert "20 OTP/s" in row and "35 (30–40) % of the machine" in row
+    assert "0.55 (0.48–0.62)×" in row and "of the CPU the OTPs left: 0.84 (0.80–0.89)×" in row
+    assert row.endswith("| **met** |")
+    # and the B2 appendix has one line per pair
+    b2 = text.split("### B2", 1)[1].split("### B3", 1)[0]
+    assert "| 2 | 50 | 24 | 0.48× | 600 | 120 ms | 33 ms | 40 % | 0.80× |" in b2
+
+
+def test_b2_beside_otps_is_not_met_when_halved_or_when_an_otp_was_not_sent() -> None:
+    from bench.scenarios import b2_otp_neighbour
+
+    assert not _with_otps([0.45, 0.52, 0.40], [0.3, 0.3, 0.3])["met"]
+    lost = _with_otps([0.9], [0.3])
+    lost["runs"][0]["otps_all_sent"] = False
+    assert not b2_otp_neighbour.summary(20.0, lost["runs"])["met"]
+
+
+def test_a_recording_from_before_the_otp_neighbour_has_no_b2o_row(results: dict[str, Any]) -> None:
+    assert "with_otps" not in results["scenarios"]["B2"]
+    assert "| B2o |" not in report.render(results)
