@@ -3,7 +3,6 @@ at small sizes, taken from the scenarios' own code, and the CPU of our processes
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import time
@@ -13,24 +12,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .launcher import ROOT
 
 # ---------------------------------------------------------------------------------------------------------
 # CPU of this stack and of its own servers only: the shared host runs other clones' servers too.
 # ---------------------------------------------------------------------------------------------------------
 
 def own_server_roots(env: dict[str, str] | None = None) -> dict[str, list[int]]:
-    """Our Postgres (its data directory is under this checkout), Redis (its port) and RabbitMQ (its epmd port,
-    AMQP + 2 as scripts/services.sh lays them out) among the machine's servers."""
+    """Our Postgres (the parent of a backend we connect to at DATABASE_URL), Redis (its port) and RabbitMQ (its
+    epmd port, AMQP + 2 as scripts/services.sh lays them out) among the machine's servers. Found through the URLs,
+    not the checkout's path: a bench run from a git worktree uses the servers of the checkout that started them."""
     from .procstats import server_roots
 
     env = dict(os.environ if env is None else env)
     redis_port = str(urlparse(env.get("REDIS_URL", "")).port or "")
     amqp_port = urlparse(env.get("CELERY_BROKER_URL", "")).port
     epmd = str(amqp_port + 2) if amqp_port else ""
-    # services.sh keeps the data in .state/, or (when the servers' users cannot reach the checkout) in a folder
-    # named after the checkout's path.
-    state_dirs = (str(ROOT / ".state"), f"/var/tmp/pilot-status-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:10]}")
+    postmaster = postmaster_pid(env.get("DATABASE_URL", ""))
     own: dict[str, list[int]] = {}
     for kind, pids in server_roots().items():
         for pid in pids:
@@ -39,7 +36,7 @@ def own_server_roots(env: dict[str, str] | None = None) -> dict[str, list[int]]:
             except OSError:
                 continue
             if kind == "postgres":
-                mine = "-D" in argv and argv[argv.index("-D") + 1].startswith(state_dirs)
+                mine = pid == postmaster
             elif kind == "redis":
                 mine = bool(redis_port) and argv[0].endswith(f":{redis_port}")
             else:
@@ -47,6 +44,21 @@ def own_server_roots(env: dict[str, str] | None = None) -> dict[str, list[int]]:
             if mine:
                 own.setdefault(kind, []).append(pid)
     return own
+
+
+def postmaster_pid(database_url: str) -> int | None:
+    """The Postgres server at `database_url`: the parent process of the backend that serves our connection."""
+    import psycopg
+
+    if not database_url:
+        return None
+    try:
+        with psycopg.connect(database_url, connect_timeout=5) as conn:
+            backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        status = Path(f"/proc/{backend}/status").read_text()
+    except (psycopg.Error, OSError):
+        return None
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), None)
 
 
 def _ratio(value: float | None, base: float | None) -> float:

@@ -131,6 +131,39 @@ def _results(read: bool = True) -> dict[str, Any]:
             "smoke": False, "elapsed_s": 1500.0}
 
 
+def test_a_change_no_larger_than_the_placebos_is_the_hosts_noise_however_every_round_agrees() -> None:
+    # given: B1's CPU ratio at 1.4x all on; the batched ACKs off (not on B1's path) read 1.9x and 2.0x, worse in
+    # both rounds, ranges apart: and today's product under a switch nothing reads read 1.9x and 1.8x in its slots
+    reference = _figures([TODAY, TODAY])
+    off = _figures([_same(b1_cpu_ratio=1.9), _same(b1_cpu_ratio=2.0)])
+    placebo = _figures([_same(b1_cpu_ratio=1.9), _same(b1_cpu_ratio=1.8)])
+
+    # when
+    word, reasons = verdict(off, reference, placebo)
+
+    # then: the median off (2.0x, as _figures takes it) is +43 % over all on, the placebo's (1.9x) +36 %: beyond it
+    assert word == "earns its place" and "the placebo moved 36 %" in reasons[0]
+    # but a device that moved no more than the placebo shows nothing
+    word, reasons = verdict(_figures([_same(b1_cpu_ratio=1.8), _same(b1_cpu_ratio=1.9)]), reference, placebo)
+    assert word == "removable" and reasons == ["B1 CPU ratio +36 % (worse in 2 of 2 rounds, ranges apart; "
+                                               "the placebo moved 36 %: noise)"]
+
+
+def test_the_placebo_is_a_variant_whose_switch_no_code_reads_and_its_row_is_the_noise() -> None:
+    placebo = next(v for v in VARIANTS if v.key == ablation_table.PLACEBO)
+    assert all(not ablation.read_by_product(name) for name in placebo.env)
+
+    results = _results()
+    results["variants"][ablation_table.PLACEBO] = {"device": placebo.device, "env": placebo.env, "read_by_product": False}
+    results["summary"][ablation_table.PLACEBO] = {"figures": _figures([TODAY, TODAY]), "rounds": 2, "complete": True,
+                                                  "errors": 0}
+    lines = render(results)
+
+    row = next(line for line in lines if line.startswith("| nothing (placebo)"))
+    assert row.endswith("| the host's noise: today's product in other slots |")
+    assert any("by more than the placebo" in line for line in lines)
+
+
 def test_the_table_has_one_row_per_variant_with_each_figure_its_change_and_a_verdict() -> None:
     lines = render(_results())
 
@@ -202,6 +235,18 @@ def test_only_this_checkouts_servers_count_as_the_stacks() -> None:
     assert {kind: len(pids) for kind, pids in own.items()} == {"postgres": 1, "redis": 1, "rabbitmq": 1}
     argv = Path(f"/proc/{own['postgres'][0]}/cmdline").read_bytes().decode().split("\0")
     assert argv[argv.index("-D") + 1].startswith(str(ROOT / ".state"))
+
+
+def test_the_stacks_postgres_is_the_server_at_its_database_url_wherever_its_data_lives() -> None:
+    # A bench run from a git worktree of this checkout uses the servers this checkout started: their data is not
+    # under the worktree's .state, so Postgres is found through DATABASE_URL (the parent of our backend), not a path.
+    env = dict(os.environ)
+    postmaster = ablation_measure.postmaster_pid(env["DATABASE_URL"])
+
+    assert postmaster is not None and ablation_measure.own_server_roots(env)["postgres"] == [postmaster]
+    # and a URL where no server answers counts no Postgres at all, rather than another clone's
+    nowhere = {**env, "DATABASE_URL": "postgres://pilot:pilot@127.0.0.1:9/pilot_status"}
+    assert "postgres" not in ablation_measure.own_server_roots(nowhere)
 
 
 def _is_figure(value: object) -> bool:
