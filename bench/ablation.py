@@ -38,7 +38,7 @@ from typing import Any
 from .launcher import ROOT, BenchStack, StackConfig
 from .sizes import Sizes
 from .ablation_measure import measure
-from .ablation_table import REFERENCE, render, summarize
+from .ablation_table import PLACEBO, REFERENCE, render, summarize
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,9 @@ VARIANTS = (
     Variant("metrics-carry", "metrics carry", {"METRICS_FLUSH_SECONDS": "0"}),
     Variant("ack-batch", "batched consumer ACKs", {"CONSUMER_ACK_BATCH": "1"}),
     Variant("gateway-limit", "adaptive gateway limit", {"GATEWAY_ADAPTIVE_LIMIT": "0"}),
+    # A switch no code reads: today's product in one more slot a round. How far its figures move from all on's is
+    # how far the host moves identical code between slots; a device's change must be larger to count.
+    Variant(PLACEBO, "nothing (placebo)", {"ABLATION_PLACEBO": "1"}),
 )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from .stats import Spread
 
 REFERENCE = "all-on"  # the variant every change is measured against: today's product, every device on
+PLACEBO = "placebo"  # today's product again under a switch nothing reads: the host's noise between slots
 
 FIGURES = (
     ("b1_ratio", "B1 ratio", ("b1", "ratio"), +1, 2),
@@ -74,18 +75,26 @@ def paired_changes(figure: dict[str, Any], reference: dict[str, Any]) -> list[fl
     return [c for c in (change(v, r) for v, r in pairs) if not math.isnan(c)]
 
 
-def shown(figure: dict[str, Any], reference: dict[str, Any], better: int) -> tuple[bool, str]:
+def shown(figure: dict[str, Any], reference: dict[str, Any], better: int,
+          placebo: dict[str, Any] | None = None) -> tuple[bool, str]:
     """Whether switching the device off made this figure worse beyond the host's noise: in every round
-    against all on in the same round (with at least two rounds), or with the two ranges apart. A change
+    against all on in the same round (with at least two rounds), or with the two ranges apart; and, when the
+    run has a placebo, by more than the placebo moved from all on (identical code, other slots). A change
     that the noise could make, however large its median, shows nothing."""
     pairs = paired_changes(figure, reference)
     worse = sum(-better * c > 0 for c in pairs)
     apart = figure["min"] > reference["max"] or reference["min"] > figure["max"]
     consistent = len(pairs) >= 2 and worse == len(pairs)
-    return consistent or apart, f"worse in {worse} of {len(pairs)} rounds" + ("" if not apart else ", ranges apart")
+    how = f"worse in {worse} of {len(pairs)} rounds" + ("" if not apart else ", ranges apart")
+    if placebo is None or math.isnan(placebo["median"]):
+        return consistent or apart, how
+    noise = abs(change(placebo["median"], reference["median"]))
+    beyond = abs(change(figure["median"], reference["median"])) > noise
+    return (consistent or apart) and beyond, how + f"; the placebo moved {100 * noise:.0f} %"
 
 
-def verdict(figures: dict[str, Any], reference: dict[str, Any]) -> tuple[str, list[str]]:
+def verdict(figures: dict[str, Any], reference: dict[str, Any],
+            placebo: dict[str, Any] | None = None) -> tuple[str, list[str]]:
     """Issue 25 §2: a device earns its place when switching it off pushes a target that all-on meets below its
     floor, or costs more than 5 % of a figure, and the change is shown beyond noise (`shown`). The reasons say
     which; a change the noise could make is listed with "noise" and counts for nothing."""
@@ -97,7 +106,7 @@ def verdict(figures: dict[str, Any], reference: dict[str, Any]) -> tuple[str, li
         moved = change(figure["median"], base["median"])
         if math.isnan(moved) or -better * moved <= COST:
             continue
-        clear[key], how = shown(figure, base, better)
+        clear[key], how = shown(figure, base, better, None if placebo is None else placebo.get(key, MISSING))
         counted |= clear[key]
         reasons.append(f"{column} {percent(moved)} ({how}{'' if clear[key] else ': noise'})")
     before, after = met(reference), met(figures)
@@ -138,6 +147,7 @@ def render(results: dict[str, Any]) -> list[str]:
     variants = results["variants"]
     summaries = results.get("summary", {})
     reference = summaries.get(REFERENCE, {}).get("figures")
+    placebo = summaries.get(PLACEBO, {}).get("figures") if summaries.get(PLACEBO, {}).get("rounds") else None
     sizes = results["sizes"]
     m = results.get("machine", {})
     lines = [
@@ -155,8 +165,9 @@ def render(results: dict[str, Any]) -> list[str]:
         f"{sizes['b2_otp_rate']:g}/s alongside (× the same run without). Targets: B1 {FLOORS['B1']}, B3 {FLOORS['B3']}, "
         f"B5 {FLOORS['B5']}; a device earns its place when switching it off breaks a target all on meets, or costs more "
         f"than {100 * COST:.0f} % of a figure, beyond the host's noise: worse in every round than all on in the same "
-        f"round, or the two ranges apart. A larger change the noise could make is marked \"noise\" and counts for "
-        f"nothing. B2 SENT/s with OTPs is shown, not judged." + (
+        f"round, or the two ranges apart" + (", and by more than the placebo (today's product under a switch no code "
+        "reads, in slots of its own) moved from all on" if placebo else "") + ". A larger change the noise could make "
+        f"is marked \"noise\" and counts for nothing. B2 SENT/s with OTPs is shown, not judged." + (
             f" The simulator ran at nice {sizes['gateway_nice']} throughout (a gateway with CPU of its own, as B8's)."
             if sizes.get("gateway_nice") else ""),
         "",
@@ -178,12 +189,14 @@ def render(results: dict[str, Any]) -> list[str]:
                      f"({_ratio_text(figures['b2_with_otps_ratio']['median'])} alone)")
         if is_reference:
             judged = "reference; targets met: " + (", ".join(t for t, ok in met(figures).items() if ok) or "none")
+        elif key == PLACEBO:
+            judged = "the host's noise: today's product in other slots"
         elif not info["read_by_product"]:
             judged = "switch not read by this commit: noise"
         elif reference is None:
             judged = "no reference"
         else:
-            word, reasons = verdict(figures, reference)
+            word, reasons = verdict(figures, reference, placebo)
             judged = f"**{word}**" + (f" ({'; '.join(reasons)})" if reasons else "")
         if not summary["complete"]:
             judged += "; incomplete run(s)"
