@@ -29,6 +29,9 @@ from .launcher import priorities as launcher_priorities
 from .sizes import resolve
 
 SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
+# The runs docs/benchmarks.md is rendered from, kept in the repository (tests/bench/test_report.py renders them).
+RESULTS = ROOT / "bench" / "results"
+PAGE = ROOT / "docs" / "benchmarks.md"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -85,6 +88,15 @@ def with_ablation(results: dict[str, Any], path: str | None, paired: str | None 
     return {**results, "paired": json.loads(Path(paired).read_text())} if paired else results
 
 
+def kept_results(ablation: str | None, paired: str | None) -> tuple[Path, str | None, str | None]:
+    """The runs docs/benchmarks.md is rendered from (bench/results/): the full run's, and the ablation's and the
+    paired run's where they are kept (an explicit --ablation-json or --paired-json wins)."""
+    def kept(name: str) -> str | None:
+        return str(RESULTS / name) if (RESULTS / name).exists() else None
+
+    return RESULTS / "results.json", ablation or kept("ablation.json"), paired or kept("paired.json")
+
+
 def paired_main(args: argparse.Namespace) -> int:
     from .world import bench_database_url, build_world, ensure_database, migrate
 
@@ -121,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return ablation.main(args, setup_django)
     if args.paired:
         return paired_main(args)
-    args.out = args.out or str(ROOT / "docs" / "benchmarks.md")
+    args.out = args.out or str(PAGE)
     only = [s.strip().upper() for s in args.only.split(",") if s.strip()]
     unknown = set(only) - set(SCENARIOS)
     if unknown:
@@ -129,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = resolve(args.smoke, args.set)
     log_dir = Path(os.environ.get("PS_TEST_LOG_DIR") or ROOT / "artifacts" / "logs") / "bench"
     json_path = Path(args.json) if args.json else ROOT / "artifacts" / "bench" / ("smoke.json" if args.smoke else "results.json")
+    if Path(args.out).resolve() == PAGE.resolve() and not args.smoke:
+        # The page and the runs it is rendered from stay together in the repository.
+        kept_json, args.ablation_json, args.paired_json = kept_results(args.ablation_json, args.paired_json)
+        json_path = json_path if args.json else kept_json
 
     from .world import bench_database_url, build_world, ensure_database, migrate
 

@@ -74,7 +74,7 @@ def _row_b2_otps(b2: dict[str, Any]) -> list[str]:
     if not w:
         return []
     return [f"| B2o | SENT {spread(w['sent_rate'])} msg/s with another tenant's {num(w['otp_rate'])} OTP/s alongside; "
-            f"the OTPs' own work took {spread(_pct(w['otp_cpu_share']))} % of the machine "
+            f"the OTPs' own work takes {spread(_pct(w['otp_cpu_share']))} % of the machine "
             f"| B2 alone, the run just before | {spread(w['ratio'], 2)}× (of the CPU the OTPs left: "
             f"{spread(w['kept_of_left'], 2)}×) | ≥ 0.5× (issue 25 §3: not halved) | {status(w['met'])} |"]
 
@@ -233,10 +233,12 @@ def _appendix_b2(b2: dict[str, Any], results: dict[str, Any]) -> list[str]:
 
 def _appendix_b2_otps(w: dict[str, Any]) -> list[str]:
     out = [f"Row B2o: right after each run above, the same pipeline again with project B's OTPs arriving at "
-           f"{num(w['otp_rate'])}/s through the HTTP API until it ends. CPU is our processes', the simulator's and our "
-           "own servers' (not the load generator's): the OTPs' CPU is the run's less the run alone's, and their "
-           "share is that over the run's wall time and the machine's cores. On a CPU-bound machine that share is "
-           "gone for B2 whatever the product does; \"of what they left\" is the ratio over (1 − share).", "",
+           f"{num(w['otp_rate'])}/s through the HTTP API until it ends. Between the two, the OTP stream alone for "
+           f"{num(w.get('otp_alone_seconds'))} s, measured until its last OTP is READ: its CPU per OTP (our processes', the simulator's and our own "
+           "servers', not the load generator's) × the rate, over the machine's cores, is the share of the machine the "
+           "OTPs' own work takes. On a CPU-bound machine that share is gone for B2 whatever the product does; \"of "
+           "what they left\" is the ratio over (1 − share), an estimate (CPU per unit of work moves with the host's "
+           "phases).", "",
            "| run | SENT/s alone | SENT/s with OTPs | ratio | OTPs sent | OTP p99 | CPU per OTP | OTPs' share "
            "of the machine | of what they left |", "|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(w["runs"]):
@@ -446,10 +448,10 @@ def header(results: dict[str, Any]) -> list[str]:
         f"B5: {sizes['b5_runs']}, B7: {sizes.get('b7_runs', '–')}, B4: 1); figures are the median with (min–max).",
         "- How to run: `make bench` (every scenario, about 15 minutes; nothing else should run meanwhile), "
         "`make bench ARGS=\"--only B1,B3\"` for a subset, `--set name=value` or `BENCH_<NAME>` for a size "
-        "(bench/sizes.py). The raw results go to artifacts/bench/results.json; "
-        "`python -m bench --report-only --json FILE --out docs/benchmarks.md` renders this page from one "
-        "(`--ablation-json`, `--paired-json` add the tables of a `--ablation` or `--paired` run: the devices, "
-        "each off alone).",
+        "(bench/sizes.py). This page is rendered from the runs kept in bench/results/: `results.json` (written "
+        "there by every run that writes this page), `ablation.json` and `paired.json` (the tables of a `--ablation` "
+        "or `--paired` run, the devices each off alone: copy the run's JSON there). "
+        "`python -m bench --report-only` renders the page again from them; a test checks that the two agree.",
     ]
     if note := results.get("note"):
         lines.append(f"- Note: {note}")

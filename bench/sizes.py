@@ -20,6 +20,7 @@ class Sizes:
     b2_messages: int = 2_000        # issue 7 names 20,000: --set b2_messages=20000 (about 10 min a run here; the 15-min budget)
     b2_runs: int = 2
     b2_otp_rate: float = 20.0       # issue 25 §3: another tenant's OTPs per second beside each B2 run (0: none)
+    b2_otp_alone_seconds: float = 15.0  # the OTP stream alone between the two runs of a pair (its CPU per OTP)
     b3_backlog: int = 50_000
     b3_otps: int = 240              # OTPs in each measured stream (the p99 is taken on every run's together)
     b3_otp_rate: float = 8.0        # OTPs per second
@@ -54,7 +55,7 @@ class Sizes:
 
 
 SMOKE = Sizes(
-    runs=1, b1_runs=1, fleet=3, b4_instances=2, b6_runs=1, b1_seconds=2, b1_connections=4, b2_messages=20, b2_runs=1, b2_otp_rate=5, b3_backlog=20, b3_otps=5, b3_warmup_otps=2,
+    runs=1, b1_runs=1, fleet=3, b4_instances=2, b6_runs=1, b1_seconds=2, b1_connections=4, b2_messages=20, b2_runs=1, b2_otp_rate=5, b2_otp_alone_seconds=2, b3_backlog=20, b3_otps=5, b3_warmup_otps=2,
     b3_otp_rate=20, b4_messages=20, b4_outage_seconds=2, b4_drain_timeout=60, b5_events=20, b5_runs=1,
     b6_backlog=20, b6_b_messages=5, b6_delay_seconds=0.2, b6_timeout=30, wait_timeout=60, profile_seconds=0,
     b7_messages=20, b7_runs=1, b8_messages=200, b8_seconds=10, b8_latencies="1", b8_otp_rate=4,

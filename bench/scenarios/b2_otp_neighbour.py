@@ -5,23 +5,26 @@ Each B2 run is followed at once by the same pipeline with project B's OTPs arriv
 through the HTTP API; the ratio is taken inside that pair, seconds apart, so a phase of the shared host falls on
 both sides of it.
 
-On a CPU-bound machine the OTPs' own work takes its part of the cores whatever the product does. The pair's CPU
-(our processes, the simulator and our own servers, not the load generator) says how large that part is:
+On a CPU-bound machine the OTPs' own work takes its part of the cores whatever the product does. Between the two
+runs of a pair the OTP stream runs alone for `b2_otp_alone_seconds` (bench/sizes.py), until its last OTP is READ, and its CPU (our
+processes, the simulator and our own servers, not the load generator) says how large that part is:
 
-- `otp_cpu_ms`: the run with OTPs' CPU less the run alone's (the same B2 messages on both sides), per OTP;
-- `otp_cpu_share`: that CPU per second of the run with OTPs, over the machine's cores;
+- `otp_cpu_ms`: that CPU per OTP;
+- `otp_cpu_share`: `otp_cpu_ms` × the stream's rate, over the machine's cores;
 - `kept_of_left`: the ratio over (1 - otp_cpu_share), what B2 kept of the CPU the OTPs left it. Near 1, the
   OTPs cost the other tenant their own work and nothing more; well under 1, something of ours makes B2 wait.
+  CPU per unit of work moves with the host's phases too (bench/findings.md), so this is an estimate.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any
 
 from ..ablation_measure import own_server_roots
-from ..context import Context
+from ..context import Context, wait_for
 from ..procstats import CpuMeter
 from ..stats import Spread, ratio
 from .b3_otp_latency import OtpStream
@@ -38,36 +41,52 @@ def cpu_seconds(meter: CpuMeter) -> float:
     return sum(meter.by_kind.values())
 
 
-def beside(ctx: Context, count: int, rate: float, alone: dict[str, Any], alone_cpu_s: float,
-           pipeline: Any) -> dict[str, Any]:
-    """The pipeline again, fresh, with the OTP stream alongside; `alone` is the run just before it."""
+def otp_stream_alone(ctx: Context, rate: float, seconds: float) -> dict[str, Any]:
+    """The OTP stream for `seconds` with nothing else to do, measured until its last OTP is READ."""
+    from messaging.models import Message
+
     ctx.fresh()
     stream = OtpStream(ctx, rate)
-    with own_meter(ctx) as meter, stream:
+    with own_meter(ctx) as meter:
+        with stream:
+            time.sleep(seconds)
+        ids = list(stream.ids)
+        all_read, _ = wait_for(lambda: Message.objects.filter(pk__in=ids, status="READ").count() >= len(ids),
+                               ctx.sizes.wait_timeout, 0.25)
+    return {"otps": len(ids), "all_read": all_read and bool(ids), "stream_error": stream.error,
+            "cpu_ms": round(1000 * cpu_seconds(meter) / len(ids), 1) if ids else math.nan}
+
+
+def beside(ctx: Context, count: int, rate: float, alone: dict[str, Any], pipeline: Any) -> dict[str, Any]:
+    """The OTP stream alone (its CPU per OTP), then the pipeline again, fresh, with the stream alongside; `alone`
+    is the pipeline's run just before."""
+    cost = otp_stream_alone(ctx, rate, ctx.sizes.b2_otp_alone_seconds)
+    ctx.fresh()
+    stream = OtpStream(ctx, rate)
+    with stream:
         result = pipeline(ctx, count)
     otp = stream.latencies()
-    otps = len(stream.ids)
-    extra_s = cpu_seconds(meter) - alone_cpu_s
-    share = extra_s / (meter.wall * (os.cpu_count() or 1)) if meter.wall else math.nan
+    share = cost["cpu_ms"] * rate / 1000 / (os.cpu_count() or 1)
     kept = ratio(result["sent_rate"], alone["sent_rate"])
     return {
         "sent_rate": result["sent_rate"], "read_rate": result["read_rate"],
         "all_sent": result["all_sent"], "all_read": result["all_read"], "sent_s": result["sent_s"],
         "alone_sent_rate": alone["sent_rate"], "ratio": kept,
-        "otps": otps, "otps_all_sent": otp.get("all_sent", False), "otp_p99_ms": otp.get("p99_ms"),
-        "stream_error": stream.error,
-        "cpu_s": round(cpu_seconds(meter), 2), "alone_cpu_s": round(alone_cpu_s, 2), "wall_s": round(meter.wall, 2),
-        "otp_cpu_ms": round(1000 * extra_s / otps, 1) if otps else math.nan,
+        "otps": len(stream.ids), "otps_all_sent": otp.get("all_sent", False), "otp_p99_ms": otp.get("p99_ms"),
+        "stream_error": stream.error or cost["stream_error"],
+        "otp_alone": cost,
+        "otp_cpu_ms": cost["cpu_ms"],
         "otp_cpu_share": round(share, 3),
         "kept_of_left": ratio(kept, 1 - share) if share < 1 else math.nan,
     }
 
 
-def summary(rate: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(rate: float, runs: list[dict[str, Any]], alone_seconds: float | None = None) -> dict[str, Any]:
     kept = Spread.of([r["ratio"] for r in runs])
-    whole = all(r["all_sent"] and r["otps_all_sent"] and not r["stream_error"] for r in runs)
+    whole = all(r["all_sent"] and r["otps_all_sent"] and not r["stream_error"]
+                and r.get("otp_alone", {}).get("all_read", True) for r in runs)
     return {
-        "otp_rate": rate,
+        "otp_rate": rate, "otp_alone_seconds": alone_seconds,
         "sent_rate": Spread.of([r["sent_rate"] for r in runs]).as_dict(),
         "ratio": kept.as_dict(),
         "otp_cpu_ms": Spread.of([r["otp_cpu_ms"] for r in runs]).as_dict(),

@@ -17,7 +17,7 @@ from ..context import Context, cpu_summary, per_unit, wait_for
 from ..launcher import LANES
 from ..procstats import Sampler
 from ..stats import Spread, ratio
-from .b2_otp_neighbour import beside, cpu_seconds, own_meter, summary
+from .b2_otp_neighbour import beside, summary
 
 CATEGORIES = ("OTP", "UTILITY", "MARKETING")
 
@@ -106,7 +106,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 baselines.append(baseline(ctx, count))
             ctx.fresh()
             sim_cpu = ctx.sim.stats()["cpu_seconds"]
-            with sampler if n == 0 else _Nothing(), ctx.cpu(servers=True) as pipe_cpu, own_meter(ctx) as own_cpu:
+            with sampler if n == 0 else _Nothing(), ctx.cpu(servers=True) as pipe_cpu:
                 t = time.monotonic()
                 result = pipeline(ctx, count)
                 result["simulator_cpu_share"] = round((ctx.sim.stats()["cpu_seconds"] - sim_cpu) / (time.monotonic() - t), 3)
@@ -118,11 +118,11 @@ def run(ctx: Context) -> dict[str, Any]:
             ctx.log(f"  B2 run {n + 1}: baseline {baselines[-1]:.0f} tasks/s, SENT {result['sent_rate']:.0f}/s, "
                     f"READ {result['read_rate']:.0f}/s (sim CPU {result['simulator_cpu_share']:.0%} of one core)")
             if sizes.b2_otp_rate > 0:
-                pair = beside(ctx, count, sizes.b2_otp_rate, result, cpu_seconds(own_cpu), pipeline)
+                pair = beside(ctx, count, sizes.b2_otp_rate, result, pipeline)
                 beside_runs.append(pair)
                 ctx.log(f"  B2 run {n + 1} with {sizes.b2_otp_rate:g} OTP/s of project B alongside: SENT "
                         f"{pair['sent_rate']:.0f}/s, {pair['ratio']:.2f}x alone; the OTPs took "
-                        f"{pair['otp_cpu_share']:.0%} of the machine ({pair['otp_cpu_ms']:.0f} ms each), "
+                        f"{pair['otp_cpu_share']:.0%} of the machine alone ({pair['otp_cpu_ms']:.0f} ms each), "
                         f"kept {pair['kept_of_left']:.2f}x of what they left; OTP p99 {pair['otp_p99_ms']:.0f} ms")
     sends_alone = send_path_alone(ctx, count, baselines[-1])
     ctx.log(f"  B2 sends alone (no receipts): SENT {sends_alone['sent_rate']:.0f}/s, "
@@ -143,7 +143,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "runs": runs,
         "sends_alone": sends_alone,
         # Issue 25 §3: another tenant's OTPs alongside, each pair taken seconds apart.
-        "with_otps": summary(sizes.b2_otp_rate, beside_runs) if beside_runs else None,
+        "with_otps": summary(sizes.b2_otp_rate, beside_runs, sizes.b2_otp_alone_seconds) if beside_runs else None,
         "peak_rss_mb": rss,
         "rss_target_mb": {"worker": 150, "web": 120, "webhook": 120},
         # The webhook pool is a web process too (same WSGI app, another gunicorn).

@@ -196,3 +196,4 @@ def test_b2_beside_otps_is_not_met_when_halved_or_when_an_otp_was_not_sent() -> 
 def test_a_recording_from_before_the_otp_neighbour_has_no_b2o_row(results: dict[str, Any]) -> None:
     assert "with_otps" not in results["scenarios"]["B2"]
     assert "| B2o |" not in report.render(results)
+
