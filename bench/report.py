@@ -234,9 +234,9 @@ def _appendix_b2(b2: dict[str, Any], results: dict[str, Any]) -> list[str]:
 def _appendix_b2_otps(w: dict[str, Any]) -> list[str]:
     out = [f"Row B2o: right after each run above, the same pipeline again with project B's OTPs arriving at "
            f"{num(w['otp_rate'])}/s through the HTTP API until it ends. Between the two, the OTP stream alone for "
-           f"{num(w.get('otp_alone_seconds'))} s, measured until its last OTP is READ: its CPU per OTP (our processes', the simulator's and our own "
-           "servers', not the load generator's) × the rate, over the machine's cores, is the share of the machine the "
-           "OTPs' own work takes. On a CPU-bound machine that share is gone for B2 whatever the product does; \"of "
+           f"{num(w.get('otp_alone_seconds'))} s: the CPU per second it adds to the idle stack (our processes', the simulator's "
+           "and our own servers', not the load generator's; measured during the stream, less as long idle just "
+           "before), over the machine's cores, is the share of the machine the OTPs' own work takes. On a CPU-bound machine that share is gone for B2 whatever the product does; \"of "
            "what they left\" is the ratio over (1 − share), an estimate (CPU per unit of work moves with the host's "
            "phases).", "",
            "| run | SENT/s alone | SENT/s with OTPs | ratio | OTPs sent | OTP p99 | CPU per OTP | OTPs' share "

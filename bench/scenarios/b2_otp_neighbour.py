@@ -6,10 +6,10 @@ through the HTTP API; the ratio is taken inside that pair, seconds apart, so a p
 both sides of it.
 
 On a CPU-bound machine the OTPs' own work takes its part of the cores whatever the product does. Between the two
-runs of a pair the OTP stream runs alone for `b2_otp_alone_seconds` (bench/sizes.py), until its last OTP is READ, and its CPU (our
-processes, the simulator and our own servers, not the load generator) says how large that part is:
+runs of a pair the OTP stream runs alone for `b2_otp_alone_seconds` (bench/sizes.py), and the CPU it adds to the
+idle stack (our processes, the simulator and our own servers, not the load generator) says how large that part is:
 
-- `otp_cpu_ms`: that CPU per OTP;
+- `otp_cpu_ms`: that CPU per OTP (per second of the stream, over its rate);
 - `otp_cpu_share`: `otp_cpu_ms` × the stream's rate, over the machine's cores;
 - `kept_of_left`: the ratio over (1 - otp_cpu_share), what B2 kept of the CPU the OTPs left it. Near 1, the
   OTPs cost the other tenant their own work and nothing more; well under 1, something of ours makes B2 wait.
@@ -42,19 +42,26 @@ def cpu_seconds(meter: CpuMeter) -> float:
 
 
 def otp_stream_alone(ctx: Context, rate: float, seconds: float) -> dict[str, Any]:
-    """The OTP stream for `seconds` with nothing else to do, measured until its last OTP is READ."""
+    """The CPU the OTP stream adds to an idle stack: our CPU per second while the stream runs alone for `seconds`,
+    less our CPU per second over as long with nothing to do just before. Taken during the stream, in its steady
+    state (receipts of earlier OTPs arrive while later ones are sent), not in the quiet tail after it, where the
+    stack's own idle work would be charged to the OTPs."""
     from messaging.models import Message
 
     ctx.fresh()
+    with own_meter(ctx) as idle:
+        time.sleep(seconds / 3)
     stream = OtpStream(ctx, rate)
-    with own_meter(ctx) as meter:
-        with stream:
-            time.sleep(seconds)
-        ids = list(stream.ids)
-        all_read, _ = wait_for(lambda: Message.objects.filter(pk__in=ids, status="READ").count() >= len(ids),
-                               ctx.sizes.wait_timeout, 0.25)
+    with stream, own_meter(ctx) as busy:
+        time.sleep(seconds)
+    ids = list(stream.ids)
+    all_read, _ = wait_for(lambda: Message.objects.filter(pk__in=ids, status="READ").count() >= len(ids),
+                           ctx.sizes.wait_timeout, 0.25)
+    idle_rate = cpu_seconds(idle) / idle.wall
+    added_rate = max(0.0, cpu_seconds(busy) / busy.wall - idle_rate)
     return {"otps": len(ids), "all_read": all_read and bool(ids), "stream_error": stream.error,
-            "cpu_ms": round(1000 * cpu_seconds(meter) / len(ids), 1) if ids else math.nan}
+            "idle_cpu_share": round(idle_rate / (os.cpu_count() or 1), 3),
+            "cpu_ms": round(1000 * added_rate / rate, 1) if ids else math.nan}
 
 
 def beside(ctx: Context, count: int, rate: float, alone: dict[str, Any], pipeline: Any) -> dict[str, Any]:
