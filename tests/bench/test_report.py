@@ -197,3 +197,17 @@ def test_a_recording_from_before_the_otp_neighbour_has_no_b2o_row(results: dict[
     assert "with_otps" not in results["scenarios"]["B2"]
     assert "| B2o |" not in report.render(results)
 
+
+def test_docs_benchmarks_is_what_the_runs_kept_in_bench_results_render() -> None:
+    # given: the runs the page was rendered from, kept beside the code (a page whose data is lost cannot be
+    # rendered again when one section changes)
+    from bench.__main__ import kept_results, with_ablation
+
+    path, ablation, paired = kept_results(None, None)
+    assert ablation is not None and paired is not None  # the device tables come from kept runs too
+
+    # when
+    text = report.render(with_ablation(json.loads(path.read_text()), ablation, paired))
+
+    # then
+    assert text == (ROOT / "docs" / "benchmarks.md").read_text()
