@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-
 # ---------------------------------------------------------------------------------------------------------
 # CPU of this stack and of its own servers only: the shared host runs other clones' servers too.
 # ---------------------------------------------------------------------------------------------------------
@@ -46,6 +45,19 @@ def own_server_roots(env: dict[str, str] | None = None) -> dict[str, list[int]]:
     return own
 
 
+def own_meter(ctx: Any) -> Any:
+    """A CpuMeter over our processes (the simulator among them) and our own servers: not the load generator, not
+    other clones'."""
+    from .procstats import CpuMeter
+
+    return CpuMeter({**ctx.roots(), **own_server_roots()})
+
+
+def cpu_seconds(meter: Any) -> float:
+    """A meter's CPU seconds over every kind it counted."""
+    return sum(meter.by_kind.values())
+
+
 def postmaster_pid(database_url: str) -> int | None:
     """The Postgres server at `database_url`: the parent process of the backend that serves our connection."""
     import psycopg
@@ -72,7 +84,7 @@ def cpu_ms_per_unit(meter: Any, count: int) -> dict[str, float]:
     if count <= 0:
         return {}
     per = {kind: round(1000 * seconds / count, 2) for kind, seconds in sorted(meter.by_kind.items())}
-    per["stack"] = round(1000 * sum(meter.by_kind.values()) / count, 2)
+    per["stack"] = round(1000 * cpu_seconds(meter) / count, 2)
     per["machine"] = round(1000 * meter.machine_busy / count, 2)
     return per
 
@@ -159,13 +171,12 @@ def measure_b3(ctx: Any) -> dict[str, Any]:
 def measure_b2(ctx: Any, otp_rate: float) -> dict[str, Any]:
     """B2's pipeline (bench/scenarios/b2_pipeline.py) twice: alone, with its CPU per message; then with another
     tenant's OTP stream at `otp_rate` alongside (b3's otp_stream), from the bulk accept until READ."""
-    from .procstats import CpuMeter
     from .scenarios import b2_pipeline
     from .scenarios.b3_otp_latency import OtpStream
 
     count = ctx.sizes.b2_messages
     ctx.fresh()
-    with CpuMeter({**ctx.roots(), **own_server_roots()}) as meter:
+    with own_meter(ctx) as meter:
         alone = b2_pipeline.pipeline(ctx, count)
     ctx.fresh()
     stream = OtpStream(ctx, otp_rate)

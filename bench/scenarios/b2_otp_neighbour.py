@@ -23,22 +23,12 @@ import os
 import time
 from typing import Any
 
-from ..ablation_measure import own_server_roots
+from ..ablation_measure import cpu_seconds, own_meter
 from ..context import Context, wait_for
-from ..procstats import CpuMeter
 from ..stats import Spread, ratio
 from .b3_otp_latency import OtpStream
 
 FLOOR = 0.5  # "must not halve"
-
-
-def own_meter(ctx: Context) -> CpuMeter:
-    """Our processes (the simulator among them) and our own servers: not the load generator, not other clones'."""
-    return CpuMeter({**ctx.roots(), **own_server_roots()})
-
-
-def cpu_seconds(meter: CpuMeter) -> float:
-    return sum(meter.by_kind.values())
 
 
 def otp_stream_alone(ctx: Context, rate: float, seconds: float) -> dict[str, Any]:
