@@ -108,12 +108,15 @@ class Release:
     # Seconds spent per phase (depths, candidates, lock, pace, publish, commit): what a slow pass
     # log line shows, so that the next slow pass says where its time went.
     phases: dict[str, float] = field(default_factory=dict)
+    # A lane released as many rows as it had slots: more may be due behind them. A pass that released
+    # fewer, holding none back, took every row due when it looked.
+    filled: bool = False
 
     def __add__(self, other: Release) -> Release:
         phases = dict(self.phases)
         for name, seconds in other.phases.items():
             phases[name] = phases.get(name, 0.0) + seconds
-        return Release(self.released + other.released, self.held + other.held, phases)
+        return Release(self.released + other.released, self.held + other.held, phases, self.filled or other.filled)
 
 
 class _Clock:
@@ -309,7 +312,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
         clock.mark("publish")
     clock.mark("commit")
     turn_order.released(lane, chosen)  # committed: these projects have had their turn
-    return Release(len(chosen), held, clock.phases)
+    return Release(len(chosen), held, clock.phases, filled=len(chosen) >= slots)
 
 
 def release_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
@@ -331,12 +334,13 @@ def next_due_at(lanes: tuple[str, ...] = LANES) -> datetime | None:
 
 
 def release_all_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
-    """Release passes over these lanes until nothing more can go now; returns the total."""
+    """Release passes over these lanes until nothing more can go now; returns the total. A pass that took every
+    due row ends it: rows that come due later wake the relay (their NOTIFY, or `next_due_at`)."""
     total = Release()
     while True:
         result = release_due(limit, lanes)
         total += result
-        if result.released == 0 or result.held:
+        if result.released == 0 or result.held or not result.filled:
             return total
 
 
