@@ -12,6 +12,7 @@ event costs one commit (each commit is an fsync: the dominant cost of an event u
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -48,8 +49,14 @@ def apply(event: IngestionEvent) -> str:
     return _apply_locked(IngestionEvent.objects.filter(pk=event.pk)) or ALREADY_PROCESSED
 
 
-def apply_saved(dedup_key: str) -> str | None:
-    """`apply` for the row stored under `dedup_key` (a forward); None when there is no such row."""
+def apply_saved(dedup_key: str, payload: dict[str, Any] | None = None) -> str | None:
+    """`apply` for the row stored under `dedup_key` (a forward); None when there is no such row. With the
+    forwarded `payload` (the saved row's event: the key is a hash of its event, instance and data), a receipt or
+    send confirmation whose message is known is applied and marked in one statement."""
+    if payload is not None:
+        applied = _saved_in_one_statement(dedup_key, payload)
+        if applied is not None:
+            return applied
     return _apply_locked(IngestionEvent.objects.filter(dedup_key=dedup_key))
 
 
@@ -115,14 +122,42 @@ stored AS (
 )
 SELECT (SELECT processed FROM known), (SELECT id FROM stored), (SELECT category FROM changed)
 """
+# A forwarded copy (handlers.apply_saved): the consumer stored the row unprocessed and holds the event's lock
+# while it waits for our answer. The row is locked here as `_apply_locked` locks it (the reconciler, or a send's
+# `apply_waiting_for`, may hold it); one that turns out processed meanwhile drops out, and the general path says so.
+_SAVED_ONE_STATEMENT = """
+WITH saved AS (
+    SELECT id FROM evolution_ingestion_events WHERE dedup_key = %s AND processed_at IS NULL FOR UPDATE
+), target AS (
+    SELECT m.id FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
+     WHERE m.evolution_message_id = %s AND m.evolution_message_id <> '' AND i.name = %s
+       AND EXISTS (SELECT 1 FROM saved)
+     ORDER BY m.id LIMIT 1
+), {move},
+finished AS (
+    UPDATE evolution_ingestion_events SET outcome = {outcome}, processed_at = now()
+     WHERE id = (SELECT id FROM saved) AND EXISTS (SELECT 1 FROM target)
+    RETURNING id
+)
+SELECT (SELECT id FROM finished), (SELECT category FROM changed)
+"""
 _MOVED = "CASE WHEN EXISTS (SELECT 1 FROM changed) THEN 'applied' ELSE 'stale' END"
 # A send confirmation changes nothing (the worker recorded SENT from sendText's answer).
 _NO_MOVE = "changed AS (SELECT NULL::varchar AS category WHERE false)"
 
 
-def _in_one_statement(channel: str, payload: dict[str, Any]) -> str | None:
-    """A delivery receipt or send confirmation applied and stored in one statement; None when it
-    needs the general path (another event, its message unknown yet, or stored but not processed)."""
+@dataclass(frozen=True)
+class _Move:
+    """What a receipt or send confirmation does to its message, as the CTEs of one statement."""
+    event: str
+    ctes: str  # `changed` (and `timeline`), reading the message's id from the `target` CTE
+    params: list[Any]
+    lines: list[Any]
+    outcome: str  # SQL for the inbox row's outcome
+
+
+def _move_of(payload: dict[str, Any]) -> _Move | None:
+    """The move of a delivery receipt or send confirmation; None for any other event (the general path)."""
     event, data = payload.get("event"), payload.get("data")
     if not isinstance(data, dict):
         return None
@@ -132,31 +167,62 @@ def _in_one_statement(channel: str, payload: dict[str, Any]) -> str | None:
             return None
         before, changes, lines = progress_move(status, timezone.now(), source="evolution",
                                                evolutionStatus=str(data["status"]))
-        move, move_params = writes.compare_and_set_ctes("(SELECT id FROM target)", [], before, None, changes, lines)
-        outcome = _MOVED
-    elif event == "send.message":
-        move, move_params, lines, outcome = _NO_MOVE, [], [], "'confirmed'"
-    else:
+        ctes, params = writes.compare_and_set_ctes("(SELECT id FROM target)", [], before, None, changes, lines)
+        return _Move(event, ctes, params, list(lines), _MOVED)
+    if event == "send.message":
+        return _Move(event, _NO_MOVE, [], [], "'confirmed'")
+    return None
+
+
+def _outcome(move: _Move, category: Any) -> str:
+    if category is not None:
+        writes.count_timeline(move.lines, category)
+    if move.event == "send.message":
+        return "confirmed"
+    return "applied" if category is not None else "stale"
+
+
+def _saved_in_one_statement(dedup_key: str, payload: dict[str, Any]) -> str | None:
+    """A forwarded receipt or send confirmation (stored unprocessed by the consumer) applied and marked in one
+    statement; None when it needs the general path (processed already, its message unknown, another event)."""
+    move = _move_of(payload)
+    if move is None:
+        return None
+    key_id = inbox.storable(inbox.key_id_of(payload)[:64])  # as the row stored them (inbox.row_values)
+    if not key_id:
+        return None
+    instance = inbox.storable(str(payload.get("instance"))[:100])
+    with prepared_cursor() as cursor:
+        cursor.execute(_SAVED_ONE_STATEMENT.format(move=move.ctes, outcome=move.outcome),
+                       [dedup_key, key_id, instance, *move.params])
+        finished_id, category = cursor.fetchone()
+    return None if finished_id is None else _outcome(move, category)
+
+
+def _in_one_statement(channel: str, payload: dict[str, Any]) -> str | None:
+    """A delivery receipt or send confirmation applied and stored in one statement; None when it
+    needs the general path (another event, its message unknown yet, or stored but not processed)."""
+    move = _move_of(payload)
+    if move is None:
         return None
     row = inbox.row_values(channel, payload)
     if not row["key_id"]:
         return None
-    params = [row["key"], row["key_id"], row["instance"], *move_params, row["key"], row["channel"], row["event"],
+    params = [row["key"], row["key_id"], row["instance"], *move.params, row["key"], row["channel"], row["event"],
               row["instance"], row["key_id"], row["payload"], row["occurred_at"]]
     with prepared_cursor() as cursor:
-        cursor.execute(_ONE_STATEMENT.format(move=move, outcome=outcome), params)
+        cursor.execute(_ONE_STATEMENT.format(move=move.ctes, outcome=move.outcome), params)
         known_processed, stored_id, category = cursor.fetchone()
-    if category is not None:
-        writes.count_timeline(lines, category)
     if known_processed:
         return ALREADY_PROCESSED
     if stored_id is None:
         # Unknown message (the send is not committed yet: it waits in the inbox), an event stored
         # but not processed, or a copy stored by the other channel while this statement ran.
-        return "applied" if category is not None else None
-    if event == "send.message":
-        return "confirmed"
-    return "applied" if category is not None else "stale"
+        if category is not None:
+            writes.count_timeline(move.lines, category)
+            return "applied"
+        return None
+    return _outcome(move, category)
 
 
 def _keep_unprocessed(channel: str, payload: dict[str, Any]) -> None:

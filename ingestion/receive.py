@@ -52,7 +52,7 @@ def receive_forwarded(payload: dict[str, Any]) -> Received:
     No lock here: the forwarding consumer holds it while it waits for this answer.
     """
     key = inbox.dedup_key(payload)
-    outcome = checking_connection(lambda: handlers.apply_saved(key))
+    outcome = checking_connection(lambda: handlers.apply_saved(key, payload))
     if outcome is None:
         # Claimed as saved but not there (the row was pruned, or a hand-made forward): save it.
         outcome = handlers.ingest(Channel.RABBITMQ, payload)

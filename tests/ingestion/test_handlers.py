@@ -241,8 +241,9 @@ def test_concurrent_copies_of_a_receipt_apply_it_once(transactional_db, alice, a
         outcomes.append(handlers.ingest("WEBHOOK", payload))
 
     def consumer() -> None:  # what the consumer and its forward do
-        event, _ = inbox.record("RABBITMQ", rabbit_copy(payload))
-        outcomes.append(handlers.apply_saved(event.dedup_key))
+        copy = rabbit_copy(payload)
+        event, _ = inbox.record("RABBITMQ", copy)
+        outcomes.append(handlers.apply_saved(event.dedup_key, copy))
 
     def closing(fn):
         def run() -> None:
@@ -305,3 +306,54 @@ def test_a_handler_failure_keeps_the_raw_event_unprocessed(sent_message, monkeyp
     assert event.processed_at is None and event.channel == "WEBHOOK"  # the reconciler retries it
     sent_message.refresh_from_db()
     assert sent_message.status == Status.SENT
+
+
+def test_a_forwarded_receipt_is_applied_in_one_statement(sent_message):
+    # handlers.apply_saved (the consumer's forward): the row is saved unprocessed; finding the message, moving it
+    # with its line and marking the row processed is one statement, as for the webhook's own copy.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    forwarded = rabbit_copy(receipt("DELIVERY_ACK"))
+    event, _ = inbox.record("RABBITMQ", forwarded)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert handlers.apply_saved(event.dedup_key, forwarded) == "applied"
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    event.refresh_from_db()
+    assert event.channel == "RABBITMQ" and event.processed_at is not None and event.outcome == "applied"
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.DELIVERED
+    assert list(sent_message.events.values_list("kind", "detail")) == [
+        ("STATUS", {"status": "DELIVERED", "source": "evolution", "evolutionStatus": "DELIVERY_ACK"})]
+    # again: the row is processed, nothing moves twice
+    assert handlers.apply_saved(event.dedup_key, forwarded) == handlers.ALREADY_PROCESSED
+    assert sent_message.events.count() == 1
+
+
+def test_a_forwarded_stale_receipt_and_send_confirmation_are_finished_in_one_statement(sent_message):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    handlers.ingest("WEBHOOK", receipt("READ"))
+    late, sent = rabbit_copy(receipt("SERVER_ACK")), rabbit_copy(sample("webhook.send.message.json"))
+    stale, _ = inbox.record("RABBITMQ", late)
+    confirmation, _ = inbox.record("RABBITMQ", sent)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert handlers.apply_saved(stale.dedup_key, late) == "stale"
+        assert handlers.apply_saved(confirmation.dedup_key, sent) == "confirmed"
+    assert len(queries) == 2, [q["sql"] for q in queries]
+    assert set(IngestionEvent.objects.filter(channel="RABBITMQ").values_list("outcome", flat=True)) == {"stale", "confirmed"}
+    assert not IngestionEvent.objects.filter(processed_at__isnull=True).exists()
+    sent_message.refresh_from_db()
+    assert sent_message.status == Status.READ and sent_message.events.count() == 1
+
+
+def test_a_forwarded_receipt_whose_message_is_not_committed_yet_still_waits(alice, alice_instance):
+    forwarded = rabbit_copy(receipt("DELIVERY_ACK"))
+    event, _ = inbox.record("RABBITMQ", forwarded)
+
+    assert handlers.apply_saved(event.dedup_key, forwarded) == handlers.WAITING
+    event.refresh_from_db()
+    assert event.processed_at is None and event.outcome == handlers.WAITING
