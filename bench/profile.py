@@ -24,8 +24,10 @@ def py_spy() -> str | None:
     return str(local) if local.exists() else shutil.which("py-spy")
 
 
-def record(pids: list[int], seconds: float, out: Path) -> list[subprocess.Popen[bytes]]:
-    """Start one py-spy per pid (children included); returns the running samplers."""
+def record(pids: list[int], seconds: float, out: Path, gil: bool = False) -> list[subprocess.Popen[bytes]]:
+    """Start one py-spy per pid (children included); returns the running samplers. With `gil`, only threads holding
+    the GIL are sampled: the Python CPU, not the waits on Postgres, Redis or a socket (py-spy counts psycopg's wait
+    as busy)."""
     tool = py_spy()
     if tool is None:
         return []
@@ -35,7 +37,7 @@ def record(pids: list[int], seconds: float, out: Path) -> list[subprocess.Popen[
         target = out.with_name(f"{out.stem}-{pid}.txt")
         procs.append(subprocess.Popen(
             [tool, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--format", "raw",
-             "--output", str(target), "--subprocesses", "--nonblocking", "--rate", "200"],
+             "--output", str(target), "--subprocesses", "--nonblocking", "--rate", "200", *(["--gil"] if gil else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         ))
     return procs

@@ -2,6 +2,8 @@
 
 P1: the web workers while wrk drives POST /v1/messages/send (B1's funnel).
 P2: relay, lane workers, consumer and the webhook pool while a B2-sized pipeline drains.
+P3: the OTP path (web, relay-otp, worker-otp, consumer, webhook) while project B's OTPs arrive alone at B2o's rate:
+    an OTP costs about twice a bulk message (B2o's breakdown per process kind), and this says where.
 """
 
 from __future__ import annotations
@@ -69,4 +71,25 @@ def run(ctx: Context) -> dict[str, Any]:
     for name, pid in pids.items():
         out[f"P2 {name} (B2 pipeline)"] = profile.summarise([OUT / f"p2-{name}-{pid}.txt"])
     ctx.fresh()
+    out.update(otp_stream_profiles(ctx, seconds))
     return out
+
+
+def otp_stream_profiles(ctx: Context, seconds: float) -> dict[str, Any]:
+    from .scenarios.b3_otp_latency import OtpStream
+
+    names = ("web", "relay-otp", "worker-otp", "consumer", "webhook")
+    pids = _pids(ctx, *names)
+    # The pass before left events in flight (the consumer's prefetch, the simulator's posts): they land now,
+    # not in the profile (P2's stopped drain left 2,000 receipts that found no message).
+    time.sleep(5)
+    ctx.fresh()
+    rate = ctx.sizes.b2_otp_rate or 20.0
+    with OtpStream(ctx, rate):
+        time.sleep(2)  # past the first OTPs: their receipts arrive while later ones are sent, as in B2o
+        samplers = {name: profile.record([pid], seconds, OUT / f"p3-{name}", gil=True) for name, pid in pids.items()}
+        for procs in samplers.values():
+            profile.finish(procs)
+    ctx.fresh()
+    return {f"P3 {name} ({rate:g} OTP/s alone, GIL holders only)": profile.summarise([OUT / f"p3-{name}-{pid}.txt"])
+            for name, pid in pids.items()}

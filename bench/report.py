@@ -245,6 +245,14 @@ def _appendix_b2_otps(w: dict[str, Any]) -> list[str]:
         out.append(f"| {i + 1} | {num(r['alone_sent_rate'])} | {num(r['sent_rate'])} | {num(r['ratio'], 2)}× "
                    f"| {r['otps']:,}{'' if r['otps_all_sent'] else ' (not all)'} | {num(r['otp_p99_ms'])} ms "
                    f"| {num(r['otp_cpu_ms'])} ms | {num(100 * r['otp_cpu_share'])} % | {num(r['kept_of_left'], 2)}× |")
+    kinds = [r.get("otp_alone", {}).get("cpu_ms_by_kind") for r in w["runs"]]
+    if any(kinds):
+        out += ["", "Where an OTP's CPU went, the stream alone (ms per OTP by process kind, each run; a kind can read "
+                    "below zero by noise):", ""]
+        for i, by_kind in enumerate(kinds):
+            if by_kind:
+                out.append(f"- run {i + 1}: " + ", ".join(f"{kind} {num(ms, 1)}" for kind, ms in
+                                                           sorted(by_kind.items(), key=lambda item: -item[1])))
     return out + [""]
 
 

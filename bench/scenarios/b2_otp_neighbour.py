@@ -49,9 +49,14 @@ def otp_stream_alone(ctx: Context, rate: float, seconds: float) -> dict[str, Any
                            ctx.sizes.wait_timeout, 0.25)
     idle_rate = cpu_seconds(idle) / idle.wall
     added_rate = max(0.0, cpu_seconds(busy) / busy.wall - idle_rate)
+    by_kind = {kind: round(1000 * (busy.by_kind.get(kind, 0.0) / busy.wall - idle.by_kind.get(kind, 0.0) / idle.wall)
+                           / rate, 1)
+               for kind in sorted(set(busy.by_kind) | set(idle.by_kind))} if ids else {}
     return {"otps": len(ids), "all_read": all_read and bool(ids), "stream_error": stream.error,
             "idle_cpu_share": round(idle_rate / (os.cpu_count() or 1), 3),
-            "cpu_ms": round(1000 * added_rate / rate, 1) if ids else math.nan}
+            "cpu_ms": round(1000 * added_rate / rate, 1) if ids else math.nan,
+            # Where each OTP's CPU went, per process kind (a kind can read below zero by noise).
+            "cpu_ms_by_kind": by_kind}
 
 
 def beside(ctx: Context, count: int, rate: float, alone: dict[str, Any], pipeline: Any) -> dict[str, Any]:

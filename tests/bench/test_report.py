@@ -211,3 +211,14 @@ def test_docs_benchmarks_is_what_the_runs_kept_in_bench_results_render() -> None
 
     # then
     assert text == (ROOT / "docs" / "benchmarks.md").read_text()
+
+
+def test_the_b2_appendix_says_where_an_otps_cpu_went_by_process_kind(results: dict[str, Any]) -> None:
+    with_otps = _with_otps([0.62, 0.48], [0.30, 0.40])
+    with_otps["runs"][1]["otp_alone"] = {"cpu_ms_by_kind": {"web": 4.6, "webhook": 12.7, "relay": -0.4}}
+    results["scenarios"]["B2"]["with_otps"] = with_otps
+
+    b2 = report.render(results).split("### B2", 1)[1].split("### B3", 1)[0]
+
+    assert "- run 2: webhook 12.7, web 4.6, relay -0.4" in b2
+    assert "- run 1:" not in b2  # a run recorded before the breakdown has none
