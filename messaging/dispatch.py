@@ -256,13 +256,16 @@ def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[C
     return turn_order.arrange(lane, rows)[:budget], truncated
 
 
-def paced(candidates: list[Candidate], slots: int) -> list[Candidate]:
-    """Keep candidates in order while their instance has tokens, up to `slots` rows."""
+def paced(candidates: list[Candidate], slots: int, lane: str = "") -> list[Candidate]:
+    """Keep candidates in order while their instance has tokens, up to `slots` rows. OTPs may borrow from
+    their instance's future (`pacing.take_many`): an OTP never waits for the tokens a marketing backlog on
+    the same number drew first."""
     wanted: dict[int, int] = defaultdict(int)
     for candidate in candidates[:]:
         wanted[candidate.instance_id] += 1
     rates = {c.instance_id: c.rate for c in candidates}
-    granted = pacing.take_many({iid: (min(count, slots), rates[iid]) for iid, count in wanted.items()})
+    granted = pacing.take_many({iid: (min(count, slots), rates[iid]) for iid, count in wanted.items()},
+                               priority=lane == "otp")
     chosen: list[Candidate] = []
     for candidate in candidates:
         if len(chosen) >= slots:
@@ -295,7 +298,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
             .values_list("pk", flat=True)
         )
         clock.mark("lock")
-        chosen = paced([c for c in candidates if c.pk in locked], slots)
+        chosen = paced([c for c in candidates if c.pk in locked], slots, lane)
         clock.mark("pace")
         held = len(candidates) - len(chosen)
         if truncated:

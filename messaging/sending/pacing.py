@@ -28,23 +28,27 @@ from pilot_status.redis_backoff import RedisBackoff
 
 _KEY = "ps:pacing:instance:{}"
 # One call for every instance of a relay pass: KEYS are the buckets, ARGV is `now` followed by
-# (rate, burst, want) per key; returns how many each may send.
+# (rate, burst, want, debt) per key; returns how many each may send. `debt` is how far below empty
+# the take may leave the bucket: an OTP's (`priority`), so that it never waits for the tokens the
+# bulk lanes drew first; the bulk lanes pay it back, since they take nothing while the bucket is
+# below empty.
 _TAKE = """
 local now = tonumber(ARGV[1])
 local granted = {}
 for i, key in ipairs(KEYS) do
-  local rate = tonumber(ARGV[3 * i - 1])
-  local burst = tonumber(ARGV[3 * i])
-  local want = tonumber(ARGV[3 * i + 1])
+  local rate = tonumber(ARGV[4 * i - 2])
+  local burst = tonumber(ARGV[4 * i - 1])
+  local want = tonumber(ARGV[4 * i])
+  local debt = tonumber(ARGV[4 * i + 1])
   local state = redis.call('HMGET', key, 'tokens', 'ts')
   local tokens = tonumber(state[1])
   local ts = tonumber(state[2])
   if tokens == nil then tokens = burst; ts = now end
   tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
-  local take = math.min(math.floor(tokens), want)
+  local take = math.max(0, math.min(math.floor(tokens + debt), want))
   tokens = tokens - take
   redis.call('HSET', key, 'tokens', tostring(tokens), 'ts', tostring(now))
-  redis.call('EXPIRE', key, math.ceil(burst / rate) + 60)
+  redis.call('EXPIRE', key, math.ceil((burst - tokens) / rate) + 60)
   granted[i] = take
 end
 return granted
@@ -66,11 +70,11 @@ class _LocalBuckets:
         self.buckets: dict[int, tuple[float, float]] = {}
         self.lock = threading.Lock()
 
-    def take(self, instance_id: int, rate: float, burst: int, want: int, now: float) -> int:
+    def take(self, instance_id: int, rate: float, burst: int, want: int, now: float, debt: int = 0) -> int:
         with self.lock:
             tokens, ts = self.buckets.get(instance_id, (float(burst), now))
             tokens = min(burst, tokens + max(0.0, now - ts) * rate)
-            granted = min(int(tokens), want)
+            granted = max(0, min(math.floor(tokens + debt), want))
             self.buckets[instance_id] = (tokens - granted, now)
             return granted
 
@@ -94,13 +98,17 @@ def _in_redis(source: str, keys: list[str], args: list[float]) -> Any:
         return None
 
 
-def take(instance_id: int, want: int, instance_rate: float | None = None) -> int:
+def take(instance_id: int, want: int, instance_rate: float | None = None, priority: bool = False) -> int:
     """How many of `want` sends through this instance may be released now (0..want)."""
-    return take_many({instance_id: (want, instance_rate)})[instance_id]
+    return take_many({instance_id: (want, instance_rate)}, priority)[instance_id]
 
 
-def take_many(wants: dict[int, tuple[int, float | None]]) -> dict[int, int]:
-    """`take` for several instances in one Redis round trip: {instance: (want, own rate)} → granted."""
+def take_many(wants: dict[int, tuple[int, float | None]], priority: bool = False) -> dict[int, int]:
+    """`take` for several instances in one Redis round trip: {instance: (want, own rate)} → granted.
+
+    With `priority` (the OTP lane) a take may borrow up to one burst from the instance's future: an OTP
+    sharing a number with a marketing backlog does not wait for the tokens that backlog drew first, and
+    the number's pace still holds beyond one extra burst (the bulk lanes take nothing until it is repaid)."""
     asked = {iid: (want, rate_for(rate)) for iid, (want, rate) in wants.items() if want > 0}
     granted = {iid: 0 for iid in wants}
     if not asked:
@@ -110,28 +118,31 @@ def take_many(wants: dict[int, tuple[int, float | None]]) -> dict[int, int]:
     args: list[float] = [now]
     for iid in ids:
         want, rate = asked[iid]
-        args += [rate, burst_for(rate), want]
+        args += [rate, burst_for(rate), want, burst_for(rate) if priority else 0]
     answer = _in_redis(_TAKE, [_KEY.format(iid) for iid in ids], args)
     if answer is not None:
         granted.update({iid: int(n) for iid, n in zip(ids, answer)})
         return granted
     for iid, (want, rate) in asked.items():
-        granted[iid] = local_buckets.take(iid, rate, burst_for(rate), want, now)
+        burst = burst_for(rate)
+        granted[iid] = local_buckets.take(iid, rate, burst, want, now, burst if priority else 0)
     return granted
 
 
 # A generic cell rate algorithm: the key holds the theoretical arrival time (TAT) of the next call.
 # A call may go `burst` emission intervals ahead of it; a later one reserves its slot and is told
-# how long to wait for it, unless that is longer than ARGV[4] (then nothing is reserved). Seconds
-# go back as text: Redis would truncate a Lua number to an integer.
+# how long to wait for it, unless that is longer than ARGV[4] (then nothing is reserved); ARGV[5] is
+# how many seconds further ahead a priority call (an OTP) may go. Seconds go back as text: Redis would
+# truncate a Lua number to an integer.
 _SLOT = """
 local now = tonumber(ARGV[1])
 local interval = tonumber(ARGV[2])
 local tolerance = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
+local borrow = tonumber(ARGV[5])
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
-local wait = math.max(0, tat - tolerance - now)
+local wait = math.max(0, tat - tolerance - borrow - now)
 if wait > max_wait then return tostring(-wait) end
 redis.call('SET', KEYS[1], tostring(tat + interval), 'PX', math.ceil((tat + interval - now) * 1000) + 1000)
 return tostring(wait)
@@ -146,10 +157,11 @@ class _LocalSlots:
         self.tats: dict[int, float] = {}
         self.lock = threading.Lock()
 
-    def take(self, instance_id: int, interval: float, tolerance: float, max_wait: float, now: float) -> float:
+    def take(self, instance_id: int, interval: float, tolerance: float, max_wait: float, now: float,
+             borrow: float = 0.0) -> float:
         with self.lock:
             tat = max(self.tats.get(instance_id, now), now)
-            wait = max(0.0, tat - tolerance - now)
+            wait = max(0.0, tat - tolerance - borrow - now)
             if wait > max_wait:
                 return -wait
             self.tats[instance_id] = tat + interval
@@ -159,19 +171,23 @@ class _LocalSlots:
 local_slots = _LocalSlots()
 
 
-def send_slot(instance_id: int, instance_rate: float | None = None, max_wait: float = SLOT_MAX_WAIT_SECONDS) -> float:
+def send_slot(instance_id: int, instance_rate: float | None = None, max_wait: float = SLOT_MAX_WAIT_SECONDS,
+              priority: bool = False) -> float:
     """Reserve this instance's next send slot: seconds to wait before calling Evolution (0: now).
 
     A negative answer reserves nothing: the slot is that many seconds away, more than `max_wait`.
+    With `priority` (an OTP) the call may go up to one burst of intervals ahead of the slots the
+    others reserved, which its call moves one interval later: the relay's bucket borrows the same way.
     """
     rate = rate_for(instance_rate)
     interval = 1.0 / rate
     tolerance = (burst_for(rate) - 1) * interval
+    borrow = burst_for(rate) * interval if priority else 0.0
     now = time.time()
-    answer = _in_redis(_SLOT, [_SLOT_KEY.format(instance_id)], [now, interval, tolerance, max_wait])
+    answer = _in_redis(_SLOT, [_SLOT_KEY.format(instance_id)], [now, interval, tolerance, max_wait, borrow])
     if answer is not None:
         return float(answer)
-    return local_slots.take(instance_id, interval, tolerance, max_wait, now)
+    return local_slots.take(instance_id, interval, tolerance, max_wait, now, borrow)
 
 
 def reset_local() -> None:

@@ -160,7 +160,7 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
     """Wait for the instance's next send slot (sending.pacing); False when it is too far away and the
     message went back to Postgres, due at that slot, with no attempt used."""
     instance = route.instance
-    wait = pacing.send_slot(instance.pk, instance.send_rate_per_second)
+    wait = pacing.send_slot(instance.pk, instance.send_rate_per_second, priority=message.lane == "otp")
     if wait < 0:
         if not route.circuits_closed:  # a half-open circuit's probe this send took does not get to run
             breaker.record(breaker.instance_scope(instance.name), breaker.NEUTRAL)

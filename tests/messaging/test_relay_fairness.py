@@ -180,3 +180,20 @@ def test_a_pass_that_filled_its_slots_is_followed_by_another(empty_lanes, fast_i
 
     assert dispatch.release_all_due(limit=3, lanes=("utility",)).released == 3
     assert len(passes) == 2
+
+
+def test_an_otp_is_released_on_a_number_whose_pace_marketing_used_up(empty_lanes, settings, alice):
+    # given: a number at 2 sends/s whose burst the marketing backlog took
+    settings.SEND_RATE_PER_INSTANCE = 2.0
+    settings.SEND_RATE_BURST = 10
+    add_instance(alice.project, "alice-main")
+    queue(alice, "MARKETING", 30)
+    assert dispatch.release_all_due(lanes=("marketing",)).released == 4
+    assert dispatch.release_all_due(lanes=("marketing",)).released == 0  # paced: no token left
+
+    # when: an OTP through the same number is due, its relay releases it now, borrowing from the number's future
+    otp = queue(alice, "OTP", 1)
+    assert dispatch.release_all_due(lanes=("otp",)).released == 1
+    assert otp[0] in dispatched_ids()
+    # and marketing repays it: still nothing for it
+    assert dispatch.release_all_due(lanes=("marketing",)).released == 0

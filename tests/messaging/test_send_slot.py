@@ -125,3 +125,76 @@ def test_a_probe_held_back_by_the_send_rate_is_handed_back(simulator, alice, ali
 
     # the probe did not get to run, so the next send may take it at once
     assert breaker.check(breaker.GATEWAY).probe
+
+
+def test_an_otp_goes_ahead_of_the_slots_the_bulk_lanes_reserved():
+    # given: the bulk lanes took the burst and reserved four slots more (the next is 1 s away at 4/s)
+    rate = 4.0
+    burst = pacing.burst_for(rate)
+    bulk = timed_slots(7_005, rate, burst + 4)
+    assert bulk[-1][1] > 0.5
+
+    # when: an OTP asks, it may go up to one burst of intervals ahead of them: at once
+    assert pacing.send_slot(7_005, rate, priority=True) == 0.0
+
+    # then: its call still counts: the next bulk slot is the sixth interval past the burst, not the fifth
+    [after] = timed_slots(7_005, rate, 1)
+    least, most = slot_in(6 / rate, bulk[0], after)
+    assert least <= after[1] <= most, (bulk, after)
+
+
+def test_otps_alone_borrow_one_burst_and_then_keep_the_pace():
+    rate = 4.0
+    burst = pacing.burst_for(rate)
+    otps = [pacing.send_slot(7_006, rate, priority=True) for _ in range(2 * burst + 2)]
+    assert otps[: 2 * burst] == [0.0] * (2 * burst)
+    assert 0 < otps[2 * burst] < otps[2 * burst + 1]  # then paced, one interval apart
+
+
+def test_without_redis_an_otp_borrows_the_same():
+    slots = pacing._LocalSlots()
+    interval, burst = 0.25, pacing.burst_for(4.0)
+    tolerance = interval * (burst - 1)
+    now = 1_000.0
+    for _ in range(burst + 4):
+        slots.take(1, interval, tolerance, 2.0, now)
+    assert slots.take(1, interval, tolerance, 2.0, now, borrow=burst * interval) == 0.0
+    assert slots.take(1, interval, tolerance, 2.0, now) == 6 * interval  # the bulk's next: one interval later
+
+
+def test_an_otp_is_released_from_a_bucket_the_marketing_relay_emptied():
+    # the relay's bucket (pacing.take_many): marketing drew every token; an OTP may borrow one burst,
+    # and marketing then takes nothing until the instance's pace has paid it back
+    rate = 4.0
+    burst = pacing.burst_for(rate)
+    assert pacing.take(7_007, 100, rate) == burst
+    assert pacing.take(7_007, 1, rate, priority=True) == 1
+    assert pacing.take(7_007, burst + 5, rate, priority=True) == burst - 1  # one burst of debt at most
+    assert pacing.take(7_007, 1, rate) == 0
+    assert pacing.take(7_007, 1, rate, priority=True) == 0
+
+
+def test_without_redis_the_relay_bucket_lends_to_an_otp_the_same():
+    buckets = pacing._LocalBuckets()
+    now = 1_000.0
+    assert buckets.take(1, 4.0, 8, 100, now) == 8
+    assert buckets.take(1, 4.0, 8, 100, now, debt=8) == 8
+    assert buckets.take(1, 4.0, 8, 1, now) == 0
+    assert buckets.take(1, 4.0, 8, 1, now + 1.75) == 0  # 7 of the 8 borrowed paid back: still below empty
+    assert buckets.take(1, 4.0, 8, 1, now + 2.25) == 1
+
+
+def test_an_otp_on_a_number_whose_slots_marketing_took_is_sent_at_once(simulator, alice, alice_instance, monkeypatch):
+    # given: one send per 10 s on this number, and a marketing send took the slot (the next is 10 s away)
+    alice_instance.send_rate_per_second = 0.1
+    alice_instance.save()
+    open_on_simulator(simulator, alice_instance)
+    marketing, otp = send(alice, "MARKETING"), send(alice, "OTP", text="Your code is {{n}}")
+    assert otp.instance_id == alice_instance.pk
+    assert worker.send_one(str(marketing.pk)) == "sent"
+
+    # when: the OTP's turn comes, it does not wait for the marketing's pace, nor go back to Postgres
+    slept = worker_sleeps(monkeypatch)
+    assert worker.send_one(str(otp.pk)) == "sent"
+    assert slept == []
+    assert len(sends_ok(simulator, alice_instance.name)) == 2
