@@ -262,13 +262,14 @@ def _save(results: dict[str, Any], path: Path) -> None:
 def _keep_previous(results: dict[str, Any], previous: dict[str, Any]) -> None:
     """Fill in what this run did not measure from the previous run, saying so in the report."""
     when = previous.get("machine", {}).get("date", "?")
+    measured = previous.get("kept", {})  # what the previous run had kept itself: the date it was measured
     for name, figures in previous.get("scenarios", {}).items():
         if name not in results["scenarios"] and name not in results["errors"]:
             results["scenarios"][name] = figures
-            results.setdefault("kept", {})[name] = when
+            results.setdefault("kept", {})[name] = measured.get(name, when)
     if "profiles" not in results and previous.get("profiles"):
         results["profiles"] = previous["profiles"]
-        results.setdefault("kept", {})["profiles"] = when
+        results.setdefault("kept", {})["profiles"] = measured.get("profiles", when)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

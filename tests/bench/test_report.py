@@ -222,3 +222,16 @@ def test_the_b2_appendix_says_where_an_otps_cpu_went_by_process_kind(results: di
 
     assert "- run 2: webhook 12.7, web 4.6, relay -0.4" in b2
     assert "- run 1:" not in b2  # a run recorded before the breakdown has none
+
+
+def test_a_scenario_kept_twice_keeps_the_date_it_was_measured() -> None:
+    # given: a run at 14:08 that measured B2 and kept B1 from a run at 12:59
+    from bench.__main__ import _keep_previous
+
+    previous = {"machine": {"date": "14:08"}, "scenarios": {"B1": {"x": 1}, "B2": {"x": 2}},
+                "kept": {"B1": "12:59", "profiles": "12:59"}, "profiles": {"P1": {}}}
+    results: dict[str, Any] = {"scenarios": {"B3": {}}, "errors": {}}
+
+    _keep_previous(results, previous)
+
+    assert results["kept"] == {"B1": "12:59", "B2": "14:08", "profiles": "12:59"}
