@@ -1,8 +1,8 @@
 """The outbox relay: move due work from Postgres to the lane queues (design.md §2, §4, §5).
 
 `release_due` is one unit of work. Per lane it:
-- keeps the lane's broker queue shallow: at most `RELAY_LANE_DEPTH` ready tasks, so that what is
-  released next is decided here, in Postgres, where it can still be fair;
+- keeps the lane's broker queue shallow: at most `RELAY_LANE_DEPTH` ready tasks (`RELAY_LANE_DEPTH_OTP`
+  for OTPs), so that what is released next is decided here, in Postgres, where it can still be fair;
 - picks due rows round-robin by project: row 1 of every project, then row 2 of every project, …
   so one project's 100,000-message blast (over however many instances) takes its turn like
   everyone else (urgent rows first within a turn);
@@ -318,6 +318,11 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
     return Release(len(chosen), held, clock.phases, filled=len(chosen) >= slots)
 
 
+def lane_depth_limit(lane: str) -> int:
+    """How many ready tasks the relay keeps in a lane's queue at most."""
+    return settings.RELAY_LANE_DEPTH_OTP if lane == "otp" else settings.RELAY_LANE_DEPTH
+
+
 def release_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
     """One pass over the lanes (OTP first); returns what was released and what was held back."""
     now = timezone.now()
@@ -325,7 +330,7 @@ def release_due(limit: int = 200, lanes: tuple[str, ...] = LANES) -> Release:
     depths = lane_depths(lanes)
     total = Release(phases={"depths": time.monotonic() - started})
     for lane in lanes:
-        slots = min(limit, settings.RELAY_LANE_DEPTH - depths[lane])
+        slots = min(limit, lane_depth_limit(lane) - depths[lane])
         total += release_lane(lane, slots, now)
     return total
 

@@ -274,6 +274,11 @@ SEND_RATE_BURST = envint("SEND_RATE_BURST", 10, minimum=1)
 # Fair release (issue 4 §7): the relay keeps at most this many ready tasks in each lane's queue,
 # and releases them round-robin by project, so a blast cannot bury another project's messages.
 RELAY_LANE_DEPTH = envint("RELAY_LANE_DEPTH", 100, minimum=1)
+# The OTP lane's own depth: an OTP released behind another tenant's bulk of OTPs waits for the ready tasks
+# ahead of it, so its queue is kept shallow (its worker's threads hold what is being sent; the relay refills
+# on every accept's NOTIFY, or 0.1 s after a pass that held rows back). Bench B2o: another tenant's OTP p99
+# beside project A's 667 bulk OTPs.
+RELAY_LANE_DEPTH_OTP = envint("RELAY_LANE_DEPTH_OTP", 16, minimum=1)
 # A claim's lease must outlive the claim's worst case (messaging.sending.budget: timeouts, typing delay,
 # send slot), or a second worker could take a message that is still being sent (issue 22):
 # by default it is that worst case plus a margin (at least 60 s), and a shorter SEND_LEASE_SECONDS is

@@ -197,3 +197,26 @@ def test_an_otp_is_released_on_a_number_whose_pace_marketing_used_up(empty_lanes
     assert otp[0] in dispatched_ids()
     # and marketing repays it: still nothing for it
     assert dispatch.release_all_due(lanes=("marketing",)).released == 0
+
+
+def test_the_otp_lane_keeps_its_own_shallower_depth(empty_lanes, fast_instances, settings, alice, carol):
+    # given: alice's bulk of OTPs, a shallow OTP lane and a deep marketing one
+    settings.RELAY_LANE_DEPTH_OTP = 4
+    settings.RELAY_LANE_DEPTH = 50
+    add_instance(alice.project, "alice-main")
+    add_instance(carol.project, "carol-main")
+    queue(alice, "OTP", 30)
+    queue(alice, "MARKETING", 30)
+
+    assert dispatch.release_all_due().released == 4 + 30
+    assert dispatch.lane_depths(("otp", "marketing")) == {"otp": 4, "marketing": 30}
+
+    # when: carol's OTP arrives and the OTP worker takes two tasks
+    [carols] = queue(carol, "OTP", 1)
+    with app.connection_for_write() as conn:
+        for _ in range(2):
+            conn.default_channel.basic_get("otp", no_ack=True)
+    assert dispatch.release_all_due(lanes=("otp",)).released == 2
+
+    # then: carol's OTP was released at once, behind at most the lane's depth of alice's
+    assert carols in dispatched_ids()
