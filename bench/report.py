@@ -231,6 +231,13 @@ def _appendix_b2(b2: dict[str, Any], results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _runs_of(results: dict[str, Any], name: str, planned: Any) -> Any:
+    """How many runs a scenario's figures are the median of: its own list of runs (a scenario kept from an
+    earlier run may have had another size), else the size this run planned."""
+    runs = results.get("scenarios", {}).get(name, {}).get("runs")
+    return len(runs) if isinstance(runs, list) else planned
+
+
 def _appendix_b2_otps(w: dict[str, Any]) -> list[str]:
     out = [f"Row B2o: right after each run above, the same pipeline again with project B's OTPs arriving at "
            f"{num(w['otp_rate'])}/s through the HTTP API until it ends. Between the two, the OTP stream alone for "
@@ -452,8 +459,9 @@ def header(results: dict[str, Any]) -> list[str]:
         f"the Procfile: {_priorities_text(stack.get('priorities'))}.",
         f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run "
         f"{num(results.get('elapsed_s'))} s",
-        f"- Runs per figure: {sizes['runs']} (B1: {sizes.get('b1_runs', sizes['runs'])}, B2: {sizes['b2_runs']}, "
-        f"B5: {sizes['b5_runs']}, B7: {sizes.get('b7_runs', '–')}, B4: 1); figures are the median with (min–max).",
+        f"- Runs per figure: {sizes['runs']} (B1: {sizes.get('b1_runs', sizes['runs'])}, "
+        f"B2: {_runs_of(results, 'B2', sizes['b2_runs'])}, B5: {_runs_of(results, 'B5', sizes['b5_runs'])}, "
+        f"B7: {_runs_of(results, 'B7', sizes.get('b7_runs', '–'))}, B4: 1); figures are the median with (min–max).",
         "- How to run: `make bench` (every scenario, about 15 minutes; nothing else should run meanwhile), "
         "`make bench ARGS=\"--only B1,B3\"` for a subset, `--set name=value` or `BENCH_<NAME>` for a size "
         "(bench/sizes.py). This page is rendered from the runs kept in bench/results/: `results.json` (written "

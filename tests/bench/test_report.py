@@ -235,3 +235,13 @@ def test_a_scenario_kept_twice_keeps_the_date_it_was_measured() -> None:
     _keep_previous(results, previous)
 
     assert results["kept"] == {"B1": "12:59", "B2": "14:08", "profiles": "12:59"}
+
+
+def test_the_runs_per_figure_count_a_kept_scenarios_own_runs(results: dict[str, Any]) -> None:
+    # given: B2 kept from a run of three pairs, in a run whose own size was two
+    results["sizes"]["b2_runs"] = 2
+    results["scenarios"]["B2"]["runs"] = [results["scenarios"]["B2"]["runs"][0]] * 3
+
+    line = next(x for x in report.render(results).splitlines() if x.startswith("- Runs per figure"))
+
+    assert "B2: 3," in line
