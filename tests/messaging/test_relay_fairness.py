@@ -157,14 +157,20 @@ def dispatch_ids_of(ids: list[str]) -> set[str]:
     return dispatched_ids() & set(ids)
 
 
+def counted_passes(monkeypatch) -> list[int]:
+    """One item per relay pass (`dispatch.release_due` call) from now on."""
+    passes: list[int] = []
+    real = dispatch.release_due
+    monkeypatch.setattr(dispatch, "release_due", lambda *a, **k: passes.append(1) or real(*a, **k))
+    return passes
+
+
 def test_a_wake_that_releases_everything_due_makes_one_pass(empty_lanes, fast_instances, alice, monkeypatch):
     # An OTP at a time wakes the relay once each: a second pass after one that took every due row would only
     # read the lane depths and the turns again to find nothing (bench P3: a relay pass per OTP).
     add_instance(alice.project, "alice-main")
     queue(alice, "OTP", 1)
-    passes = []
-    real = dispatch.release_due
-    monkeypatch.setattr(dispatch, "release_due", lambda *a, **k: passes.append(1) or real(*a, **k))
+    passes = counted_passes(monkeypatch)
 
     assert dispatch.release_all_due(lanes=("otp",)).released == 1
     assert len(passes) == 1
@@ -174,9 +180,7 @@ def test_a_pass_that_filled_its_slots_is_followed_by_another(empty_lanes, fast_i
     # Exactly as many due rows as slots: the pass cannot tell whether more were due, so it looks again.
     add_instance(alice.project, "alice-main")
     queue(alice, "UTILITY", 3)
-    passes = []
-    real = dispatch.release_due
-    monkeypatch.setattr(dispatch, "release_due", lambda *a, **k: passes.append(1) or real(*a, **k))
+    passes = counted_passes(monkeypatch)
 
     assert dispatch.release_all_due(limit=3, lanes=("utility",)).released == 3
     assert len(passes) == 2
