@@ -256,7 +256,7 @@ def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[C
     return turn_order.arrange(lane, rows)[:budget], truncated
 
 
-def paced(candidates: list[Candidate], slots: int, lane: str = "") -> list[Candidate]:
+def paced(candidates: list[Candidate], slots: int, lane: str) -> list[Candidate]:
     """Keep candidates in order while their instance has tokens, up to `slots` rows. OTPs may borrow from
     their instance's future (`pacing.take_many`): an OTP never waits for the tokens a marketing backlog on
     the same number drew first."""
