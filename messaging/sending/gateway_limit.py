@@ -10,10 +10,8 @@ the OTP lane has none.
 
 - A probe thread asks Evolution's cheapest route (`GET /`, no auth, no WhatsApp behind it) every
   `GATEWAY_PROBE_INTERVAL_MS` while the lane is sending, three times in a row, and keeps the median
-  (one slow answer may be a hiccup; a queue at the gateway slows most of them, where the quickest of
-  three would often find a gap in it). The answer's arrival is the kernel's receive timestamp, not the
-  moment the probe's thread got the GIL back among the lane's hundreds (sending.gateway_probe): timed in
-  Python, the worker's own wait read as a queue at the gateway. That round trip minus the **base** (the round trip with
+  (a lane process runs niced among hundreds of threads: one slow answer may be its own scheduling; a
+  queue at the gateway slows most of them, where the quickest of three would often find a gap in it). That round trip minus the **base** (the round trip with
   nothing of ours queued) is how long a call now waits in the gateway's queue before it is served:
   what an OTP's call would wait. The sendText calls' own times cannot say it, since WhatsApp's latency
   varies by seconds from one call to the next (a delay-based limit on them, Vegas or Gradient2, shrank
@@ -50,8 +48,6 @@ import requests
 from django.conf import settings
 
 from pilot_status import metrics
-
-from . import gateway_probe
 
 log = logging.getLogger(__name__)
 
@@ -243,11 +239,7 @@ def probe(session: requests.Session) -> float | None:
 
 def probe_once(session: requests.Session) -> float | None:
     """The round trip of `GET /` in seconds (its timeout when it timed out); None when Evolution is not
-    reachable or answers oddly, which says nothing about its queue (the circuits handle that). Timed by
-    the kernel's receive timestamp where it can be (sending.gateway_probe says why), else around the call."""
-    if gateway_probe.stamped(settings.EVOLUTION_API_URL):
-        return gateway_probe.round_trip(settings.EVOLUTION_API_URL, settings.EVOLUTION_CONNECT_TIMEOUT,
-                                        PROBE_TIMEOUT_SECONDS)
+    reachable or answers oddly, which says nothing about its queue (the circuits handle that)."""
     started = time.monotonic()
     try:
         response = session.get(f"{settings.EVOLUTION_API_URL}/",
