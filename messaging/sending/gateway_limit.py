@@ -22,7 +22,8 @@ the OTP lane has none.
   sends in progress go on meanwhile; the hold costs the lane under 1 % of its time.
 - A wait above `GATEWAY_QUEUE_TARGET_MS` cuts the limit by a quarter, once per round (not again before
   the sends in progress at the cut have ended); at or under it, a limit that the lane filled grows by
-  a tenth plus one (from 4 to 300 sends in about 4.5 s at 100 ms probes).
+  a tenth plus one, or doubles in **slow start**: from when the lane starts sending (or sends again
+  after `BUSY_SECONDS` idle) until its first cut, as TCP's window does (from 4 to 384 in 7 probes).
 - A task waits for its turn before it claims its message (sending.tasks), so a waiting thread holds no
   lease and no connection; after `TURN_MAX_WAIT_SECONDS` without one the task goes back to its queue.
 
@@ -66,12 +67,13 @@ TURN_MAX_WAIT_SECONDS = 60.0
 
 
 def next_limit(limit: float, queued_seconds: float, target_seconds: float, filled: bool,
-               minimum: float, maximum: float) -> float:
-    """The limit after one probe: cut when calls queue past the target, grown when the lane filled it."""
+               minimum: float, maximum: float, slow_start: bool = False) -> float:
+    """The limit after one probe: cut when calls queue past the target, grown when the lane filled it
+    (doubled in slow start)."""
     if queued_seconds > target_seconds:
         return max(minimum, limit * DECREASE)
     if filled:
-        return min(maximum, limit * INCREASE + 1)
+        return min(maximum, limit * 2 if slow_start else limit * INCREASE + 1)
     return limit
 
 
@@ -90,6 +92,11 @@ class AdaptiveLimit:
         self._filled = False  # whether the calls in flight reached the limit since the last probe
         self._paused = False
         self._last_call = float("-inf")
+        # Slow start, as TCP's: a lane that starts sending (or sends again after BUSY_SECONDS idle) doubles
+        # its limit on each probe that finds no queue, until the first cut. Growing by a tenth from the 4 it
+        # started with (or from where a fast gateway had left it) took a lane 7-10 s to reach the ~380
+        # sends a 3-s gateway with typing needs, more than the first round of sends itself (bench B8).
+        self._slow_start = True
         # One cut per round: a cut shows in the gateway's queue only once the sends in progress when it
         # was made have ended (at 1 s of latency and 2 s of typing, 3 s later), and cutting again on
         # every probe meanwhile took a lane from 180 sends to 1 in two seconds (bench B8).
@@ -102,6 +109,8 @@ class AdaptiveLimit:
         """Wait for a place among the calls in flight; False after `timeout` seconds without one."""
         deadline = self._clock() + timeout
         with self._changed:
+            if self.in_flight == 0 and self._clock() - self._last_call >= BUSY_SECONDS:
+                self._slow_start = True
             while self._paused or self.in_flight >= int(self.limit):
                 self._filled = self._filled or not self._paused
                 left = deadline - self._clock()
@@ -144,7 +153,10 @@ class AdaptiveLimit:
             queued = round_trip - self.base
             if queued > self.target_seconds and self._ended < self._cut_allowed_at:
                 return before  # the last cut has not shown yet
-            self.limit = next_limit(before, queued, self.target_seconds, self._filled, self.minimum, self.maximum)
+            self.limit = next_limit(before, queued, self.target_seconds, self._filled, self.minimum, self.maximum,
+                                    self._slow_start)
+            if queued > self.target_seconds:
+                self._slow_start = False
             if self.limit < before:
                 self._cut_allowed_at = self._ended + self.in_flight
             self._filled = self.in_flight >= int(self.limit)

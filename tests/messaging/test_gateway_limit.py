@@ -36,6 +36,35 @@ def test_a_filled_limit_grows_while_nothing_queues_and_an_unused_one_stays() -> 
     assert next_limit(1000, 0.0, 0.010, True, 1, 1024) == 1024
 
 
+def test_slow_start_doubles_a_filled_limit_until_the_first_cut_then_it_grows_by_a_tenth() -> None:
+    assert next_limit(100, 0.002, 0.010, True, 1, 1024, slow_start=True) == 200
+    assert next_limit(100, 0.002, 0.010, False, 1, 1024, slow_start=True) == 100  # not filled: stays
+    assert next_limit(800, 0.002, 0.010, True, 1, 1024, slow_start=True) == 1024
+    limit = AdaptiveLimit(4, 1, 1024, 0.003)
+    limit.base = 0.001
+    for expected in (8, 16, 32):
+        limit._filled = True  # noqa: SLF001 - the lane filled it
+        assert limit.observe(0.002) == expected
+    assert limit.observe(0.050) == 24  # queued: cut, and slow start is over
+    limit._filled = True  # noqa: SLF001
+    assert limit.observe(0.002) == pytest.approx(27.4)
+
+
+def test_a_lane_that_sends_again_after_an_idle_spell_starts_slow_again() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(8, 1, 1024, 0.003, clock=clock)
+    limit.base = 0.001
+    assert limit.acquire(0)  # the lane starts sending
+    assert limit.observe(0.050) == 6  # cut: slow start is over
+    limit._filled = True  # noqa: SLF001
+    assert limit.observe(0.002) == pytest.approx(7.6)  # busy: by a tenth
+    limit.release()
+    clock.now += gateway_limit.BUSY_SECONDS
+    assert limit.acquire(0)  # the first call after the idle spell
+    limit._filled = True  # noqa: SLF001
+    assert limit.observe(0.002) == pytest.approx(15.2)
+
+
 def test_a_cut_waits_for_the_sends_in_progress_at_it_to_end_before_the_next() -> None:
     limit = AdaptiveLimit(40, 1, 100, 0.003)
     limit.base = 0.001
@@ -70,7 +99,7 @@ def test_a_grown_limit_wakes_the_waiting_threads() -> None:
     waiter.start()
     while not limit._filled:  # noqa: SLF001 - the waiter has found the limit full
         pass
-    assert limit.observe(0.001) == 2.1  # nothing queued, the limit was filled: it grows
+    assert limit.observe(0.001) == 2  # nothing queued, the limit was filled: it grows (doubled: slow start)
     waiter.join(5)
     assert admitted == [True]
 
@@ -80,6 +109,7 @@ def test_the_workers_prefetch_follows_the_whole_limit_between_one_and_its_thread
     sent: list[int] = []
     qos = QoS(lambda prefetch_count: sent.append(prefetch_count), 384)
     limit = AdaptiveLimit(4, 1, 1024, 0.01)
+    limit._slow_start = False  # noqa: SLF001 - past its slow start: grown by a tenth plus one
     follower = PrefetchFollower(qos, 384)
     follower.follow(int(limit.limit))
     limit.on_change = follower.follow
@@ -166,3 +196,10 @@ def test_in_front_of_a_gateway_that_waits_on_whatsapp_the_limit_grows_to_what_th
     # Calls wait seconds on WhatsApp, not on the gateway's CPU: the probe never queues.
     limit = AdaptiveLimit(16, 1, 1024, 0.010)
     assert settle(limit, lambda in_flight: 0.0, probes=60) == 1024
+
+
+def test_a_lane_starting_in_front_of_a_gateway_that_waits_on_whatsapp_reaches_its_threads_within_a_second() -> None:
+    # B8 at 3 s of latency with typing: ~380 sends in flight are what 384 threads can do. Grown by a tenth
+    # plus one from 4, that took 35 probes with nothing queued (3.5 s at best, 7-10 s on a busy host).
+    limit = AdaptiveLimit(4, 1, 1024, 0.010)
+    assert settle(limit, lambda in_flight: 0.0, probes=8) >= 384  # the first measures the base
