@@ -109,7 +109,7 @@ class AdaptiveLimit:
         """Wait for a place among the calls in flight; False after `timeout` seconds without one."""
         deadline = self._clock() + timeout
         with self._changed:
-            if self.in_flight == 0 and self._clock() - self._last_call >= BUSY_SECONDS:
+            if not self.busy():
                 self._slow_start = True
             while self._paused or self.in_flight >= int(self.limit):
                 self._filled = self._filled or not self._paused
