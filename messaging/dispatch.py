@@ -32,7 +32,7 @@ from django.utils import timezone
 from pilot_status.celery import LANES, app
 
 from .lane_publisher import LanePublisher
-from .models import EventKind, Message, OutboxEntry
+from .models import EventKind, Message, OutboxEntry, Status
 from .sending import pacing
 
 log = logging.getLogger(__name__)
@@ -88,8 +88,15 @@ WITH released AS (
     -- = ANY(ARRAY(...)), not IN (SELECT ...): an index condition on the primary key whatever the
     -- statistics say. With IN, a planner that believed the table empty scanned all of it once per
     -- released row (0.5-1 s per pass in bench B6; tests/messaging/test_relay_plans.py).
-    UPDATE messaging_message SET dispatched_at = %(now)s WHERE id = ANY(ARRAY(SELECT message_id FROM released))
-    RETURNING id, hold_reason
+    -- Only a queued message is stamped and listed: an entry whose release the broker confirmed but that never
+    -- committed (the relay's connection lost at the commit) is back while its task sends the message; released
+    -- again later, it leaves the outbox with no stamp and no line after the send, and its task claims nothing.
+    -- The status is tested in the SET, not the WHERE: there the planner may prefer the index of unfinished
+    -- messages to the primary key (the same test file).
+    UPDATE messaging_message
+       SET dispatched_at = CASE WHEN status = %(queued)s THEN %(now)s ELSE dispatched_at END
+     WHERE id = ANY(ARRAY(SELECT message_id FROM released))
+    RETURNING id, hold_reason, status
 )
 -- The line's time is never before the commit that made the entry visible (clock_timestamp()): a pass
 -- that read its clock before an accept or a resend committed still lists DISPATCHED after it.
@@ -97,7 +104,7 @@ WITH released AS (
 -- and one per cycle made a 4-hour hold hundreds of lines long.
 INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
 SELECT id, %(kind)s, '', %(detail)s::jsonb, GREATEST(%(now)s, clock_timestamp()) FROM stamped
- WHERE hold_reason IS NULL
+ WHERE hold_reason IS NULL AND status = %(queued)s
 """
 
 
@@ -310,6 +317,7 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
         # of an attempt that answered at once (a nack or a timeout still rolls all of it back).
         with connection.cursor() as cursor:
             cursor.execute(_RELEASED, {"ids": [c.pk for c in chosen], "now": now, "kind": EventKind.DISPATCHED,
+                                       "queued": Status.QUEUED,
                                        "detail": json.dumps({"lane": lane})})
         lane_publisher().publish(lane, (candidate.message_id for candidate in chosen))
         clock.mark("publish")

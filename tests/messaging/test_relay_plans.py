@@ -70,7 +70,7 @@ def test_the_release_statement_reaches_messages_by_primary_key_whatever_the_stat
     statistics_blind_to_a_backlog,
 ):
     ids = list(OutboxEntry.objects.values_list("pk", flat=True)[:100])
-    text = plan(dispatch._RELEASED, {"ids": ids, "now": timezone.now(), "kind": "DISPATCHED", "detail": "{}"})
+    text = plan(dispatch._RELEASED, {"ids": ids, "now": timezone.now(), "kind": "DISPATCHED", "detail": "{}", "queued": "QUEUED"})
 
     assert "Index Cond: (id = ANY" in text.split("Update on messaging_message")[1], text
 
