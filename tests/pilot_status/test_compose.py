@@ -319,3 +319,16 @@ def test_depends_on_waits_for_health_where_it_matters():
     assert services["simulator"]["depends_on"]["webhook"] == {"condition": "service_healthy"}
     assert services["beat"]["depends_on"]["worker-maintenance"] == {"condition": "service_healthy"}
     assert services["beat"]["depends_on"]["worker-sync"] == {"condition": "service_healthy"}
+
+
+def test_every_service_keeps_its_logs_bounded():
+    # Docker's default json-file driver keeps a container's output forever: a lane worker logging its sends, or a
+    # RabbitMQ in an alarm, fills the host's disk, and then Postgres stops. Every service rotates its log.
+    services = compose(production_values())["services"]
+    for name, service in services.items():
+        logging = service.get("logging") or {}
+        assert logging.get("driver") == "json-file", name
+        options = logging.get("options") or {}
+        size, files = options.get("max-size", ""), options.get("max-file", "")
+        assert re.fullmatch(r"[1-9][0-9]*m", size) and int(size[:-1]) <= 100, (name, size)
+        assert files.isdigit() and 1 <= int(files) <= 10, (name, files)
