@@ -431,7 +431,15 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # Celery's line per task received, done or retried: at a lane's 100 sends a second, 200 lines a second
+        # that say what each message's timeline already holds (a retry here is a task back in its queue for a
+        # turn or a connection). A task that raises still logs (ERROR); CELERY_TASK_LOG_LEVEL=INFO brings every
+        # line back.
+        "celery.app.trace": {"level": envstr("CELERY_TASK_LOG_LEVEL", "WARNING")},
+        "celery.worker.strategy": {"level": envstr("CELERY_TASK_LOG_LEVEL", "WARNING")},
+    },
 }
 
 # Dual ingestion (issue 5). Our RabbitMQ queues are named <prefix>.ingest / .retry.<n>s / .parked;
