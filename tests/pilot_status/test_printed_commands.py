@@ -2,17 +2,19 @@
 
 A user pastes `python3 manage.py create_project ...` into a shell that has neither the virtualenv nor
 scripts/env.sh's variables: manage.py finds both by itself. Each line runs here under `env -i` (only
-PATH, and the system's python3 first) in a copy of the checkout whose `.env` points at the test
+PATH, with a python3 that has no Django first) in a copy of the checkout whose `.env` points at the test
 database, Redis and broker (a new clone's .env would hold the user's own), never the development ones.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,18 @@ from tests.support import processes
 from tests.support.processes import ROOT
 
 PACKAGES = ("pilot_status", "messaging", "ingestion", "dashboard", "callbacks", "simulator", ".venv")
-SHELL_PATH = "/usr/bin:/bin"
+SYSTEM_PATH = "/usr/bin:/bin"
+
+
+@functools.cache
+def shell_path() -> str:
+    """A new shell's PATH whose python3 has no Django whatever the system's has: a bare virtualenv of the system's
+    python3 first (without --system-site-packages), so manage.py must find the project's .venv itself."""
+    python3 = shutil.which("python3", path=SYSTEM_PATH)
+    assert python3 is not None, f"no python3 on {SYSTEM_PATH}"
+    bare = Path(tempfile.mkdtemp(prefix="bare-python-")) / "venv"
+    subprocess.run([python3, "-m", "venv", "--without-pip", str(bare)], check=True, capture_output=True)
+    return f"{bare / 'bin'}:{SYSTEM_PATH}"
 
 
 @pytest.fixture
@@ -55,7 +68,7 @@ def run_printed(clone: Path, line: str) -> subprocess.CompletedProcess[str]:
     """`line` as a user pastes it, in a new shell with no variables but PATH."""
     assert line.startswith("python3 manage.py "), line
     return subprocess.run(
-        ["/usr/bin/env", "-i", f"PATH={SHELL_PATH}", "bash", "--noprofile", "--norc", "-c", line],
+        ["/usr/bin/env", "-i", f"PATH={shell_path()}", "bash", "--noprofile", "--norc", "-c", line],
         cwd=clone, capture_output=True, text=True, timeout=120,
     )
 
@@ -68,11 +81,10 @@ def succeed(clone: Path, line: str) -> str:
 
 def test_python3_in_a_new_shell_is_not_the_projects_interpreter() -> None:
     # What makes the test honest: the shell's python3 has no Django, so manage.py must find .venv itself.
-    python3 = shutil.which("python3", path=SHELL_PATH)
+    python3 = shutil.which("python3", path=shell_path())
     assert python3 is not None
-    probe = subprocess.run([python3, "-c", "import django"], env={"PATH": SHELL_PATH}, capture_output=True)
-    if probe.returncode == 0:
-        pytest.skip(f"{python3} has Django installed: the interpreter part is not exercised")
+    probe = subprocess.run([python3, "-c", "import django"], env={"PATH": shell_path()}, capture_output=True)
+    assert probe.returncode != 0, f"{python3} imports Django: the interpreter part would not be exercised"
 
 
 def test_the_readmes_operator_commands_work_as_printed(clone: Path, transactional_db: Any) -> None:
@@ -112,7 +124,7 @@ def test_a_process_that_names_its_database_gets_no_development_defaults(clone: P
     # A deployment always names its database: then manage.py adds nothing, and production mode still
     # refuses a missing secret instead of running on a development one.
     result = subprocess.run(
-        ["/usr/bin/env", "-i", f"PATH={SHELL_PATH}", "DATABASE_URL=postgres://nobody:x@127.0.0.1:1/none",
+        ["/usr/bin/env", "-i", f"PATH={shell_path()}", "DATABASE_URL=postgres://nobody:x@127.0.0.1:1/none",
          "bash", "-c", "python3 manage.py create_project --name X --test-number +5511999990000"],
         cwd=clone, capture_output=True, text=True, timeout=120,
     )
