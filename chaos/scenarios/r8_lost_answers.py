@@ -16,6 +16,21 @@ PROGRESSED = ("SENT", "SERVER_ACK", "DELIVERED", "READ")
 # Reasons that say the message was not sent: it must never have reached WhatsApp.
 NOT_SENT = ("EXPIRED", "RETRIES_EXHAUSTED", "INSTANCE_NOT_FOUND", "INVALID_RECIPIENT")
 LOST_AFTER, LOST_BEFORE = 0.2, 0.8 * 0.2  # one draw per call: a fifth, then a fifth of the rest
+HANG_S = 6.0  # longer than the stack's EVOLUTION_READ_TIMEOUT: the caller gives up, the answer is lost
+# A message whose answer is lost before the send on every try waits out the backoff between its tries
+# (messaging.sending.backoff: 5 s, 15 s, 45 s, 2¼ min, each up to 20 % longer). With 40 messages, one drew four
+# in a row in three smoke runs of nine on 2026-12-02, and stayed QUEUED, rightly, past a 120-s drain. The drain covers
+# RETRIES_COVERED retries, so that the row judges what the product did, not a drain shorter than its backoff; it
+# ends as soon as every message is final.
+RETRIES_COVERED = 4
+
+
+def backoff_covered_s() -> float:
+    from messaging.sending import backoff
+
+    waits = sum(min(backoff.BASE_SECONDS * backoff.FACTOR ** k, backoff.CAP_SECONDS) * (1 + backoff.JITTER)
+                for k in range(RETRIES_COVERED))
+    return waits + (RETRIES_COVERED + 1) * HANG_S + 30.0
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -24,9 +39,8 @@ def run(ctx: Context) -> dict[str, Any]:
     s = ctx.sizes
     ctx.fresh(ACKS_DELIVERED)
     for instance in ctx.world.a.fleet:
-        # Longer than the stack's EVOLUTION_READ_TIMEOUT: the caller gives up, the answer is lost.
         ctx.sim.faults(instance.name, lose_answer_after_rate=LOST_AFTER, lose_answer_before_rate=LOST_BEFORE,
-                       hang_ms=6000)
+                       hang_ms=int(HANG_S * 1000))
     sent = ctx.send_many(s.r8_messages, "r8")
     answers: dict[str, int] = {}
     for x in sent:
@@ -36,8 +50,9 @@ def run(ctx: Context) -> dict[str, Any]:
     # load): each one is judged.
     ids = [str(pk) for pk in Message.objects.filter(text__startswith="r8 #").values_list("pk", flat=True)]
     # Each lost answer holds a lane worker for the stack's read timeout (4 s), and a third of the calls
-    # lose theirs: the two utility workers need about 0.8 s per message, so the drain allows 1.2 s.
-    state = ctx.drain(ids, timeout=max(s.drain_s, s.r8_messages * 1.2))
+    # lose theirs: the two utility workers need about 0.8 s per message, so the drain allows 1.2 s; and at
+    # least the backoff of an unlucky message's retries.
+    state = ctx.drain(ids, timeout=max(s.drain_s, s.r8_messages * 1.2, backoff_covered_s()))
     for instance in ctx.world.a.fleet:
         ctx.sim.faults(instance.name, lose_answer_after_rate=0.0, lose_answer_before_rate=0.0)
 
