@@ -28,8 +28,7 @@ RETRIES_COVERED = 4
 def backoff_covered_s() -> float:
     from messaging.sending import backoff
 
-    waits = sum(min(backoff.BASE_SECONDS * backoff.FACTOR ** k, backoff.CAP_SECONDS) * (1 + backoff.JITTER)
-                for k in range(RETRIES_COVERED))
+    waits = sum(backoff.unjittered_delay_for(attempt) * (1 + backoff.JITTER) for attempt in range(1, RETRIES_COVERED + 1))
     return waits + (RETRIES_COVERED + 1) * HANG_S + 30.0
 
 

@@ -12,9 +12,14 @@ CAP_SECONDS = 300.0
 JITTER = 0.2
 
 
+def unjittered_delay_for(attempt: int) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1-based), before the jitter."""
+    return min(BASE_SECONDS * FACTOR ** max(attempt - 1, 0), CAP_SECONDS)
+
+
 def delay_for(attempt: int, rng: random.Random | None = None) -> float:
     """Seconds to wait after failed attempt number `attempt` (1-based)."""
-    raw = min(BASE_SECONDS * FACTOR ** max(attempt - 1, 0), CAP_SECONDS)
+    raw = unjittered_delay_for(attempt)
     spread = (rng or random).uniform(-JITTER, JITTER)
     return max(1.0, raw * (1 + spread))
 
