@@ -425,6 +425,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# Celery's per-task lines (received, done, retried); see LOGGING below. Not a CELERY_ name: Celery reads those.
+_task_log_level = envstr("CELERY_TASK_LOG_LEVEL", "WARNING")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -437,8 +440,8 @@ LOGGING = {
         # that say what each message's timeline already holds (a retry here is a task back in its queue for a
         # turn or a connection). A task that raises still logs (ERROR); CELERY_TASK_LOG_LEVEL=INFO brings every
         # line back.
-        "celery.app.trace": {"level": envstr("CELERY_TASK_LOG_LEVEL", "WARNING")},
-        "celery.worker.strategy": {"level": envstr("CELERY_TASK_LOG_LEVEL", "WARNING")},
+        "celery.app.trace": {"level": _task_log_level},
+        "celery.worker.strategy": {"level": _task_log_level},
     },
 }
 
