@@ -136,8 +136,12 @@ if DATABASE_PREPARED_STATEMENTS:
 # Optional: give up on a lock after this many ms instead of queueing behind it (0 = wait). Every
 # background step here retries, so failing fast beats piling up behind a long DDL or TRUNCATE.
 _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
-if _LOCK_TIMEOUT_MS:
-    DATABASES["default"]["OPTIONS"]["options"] = f"-c lock_timeout={_LOCK_TIMEOUT_MS}"
+# No JIT compilation: it pays off for long analytical queries, and every statement here is short. The
+# relay's turn query over a 50,000-message backlog is estimated past jit_above_cost and spent 6-7 ms
+# compiling for 0.4 ms of work, on every pass: a third of Postgres's time in bench B3
+# (tests/messaging/test_relay_plans.py).
+_SESSION_SETTINGS = ["-c jit=off"] + ([f"-c lock_timeout={_LOCK_TIMEOUT_MS}"] if _LOCK_TIMEOUT_MS else [])
+DATABASES["default"]["OPTIONS"]["options"] = " ".join(_SESSION_SETTINGS)
 # A process whose threads spend most of their time waiting on something else (the lane workers: on
 # Evolution, issue 26) shares a pool of this many connections among them instead of one per thread,
 # and gives its connection back while it waits (pilot_status.database.release_while_waiting). 0 (the
