@@ -175,14 +175,19 @@ def _record(delivery: Delivery, endpoint: WebhookEndpoint, at: datetime, headers
 
 
 def _circuit_after(endpoint: WebhookEndpoint, ok: bool, now: datetime) -> None:
-    # Locked: two attempts of one endpoint finishing together must not both count from the same base.
-    current = WebhookEndpoint.objects.select_for_update().filter(pk=endpoint.pk).first()
-    if current is None:
-        return
     if ok:
-        current.circuit_state, current.circuit_failures, current.circuit_retry_at = Circuit.CLOSED, 0, None
-        current.failing_since = None
-        current.save(update_fields=["circuit_state", "circuit_failures", "circuit_retry_at", "failing_since", "updated_at"])
+        # One conditional UPDATE that finds nothing to do while the circuit is closed and clean: a row locked
+        # and written on every success made each delivery wait for the previous one's commit, and the
+        # deliveries being written for the endpoint wait at their foreign key check behind that lock.
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).exclude(
+            circuit_state=Circuit.CLOSED, circuit_failures=0, circuit_retry_at__isnull=True, failing_since__isnull=True
+        ).update(circuit_state=Circuit.CLOSED, circuit_failures=0, circuit_retry_at=None, failing_since=None,
+                 updated_at=timezone.now())
+        return
+    # Locked: two attempts of one endpoint failing together must not both count from the same base. No key
+    # update: the foreign key checks of new deliveries need not wait for it.
+    current = WebhookEndpoint.objects.select_for_update(no_key=True).filter(pk=endpoint.pk).first()
+    if current is None:
         return
     current.circuit_failures += 1
     current.failing_since = current.failing_since or now
