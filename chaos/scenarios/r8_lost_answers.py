@@ -48,9 +48,9 @@ def run(ctx: Context) -> dict[str, Any]:
     # Every message the stack accepted, including any whose 202 the client did not get (a timeout under
     # load): each one is judged.
     ids = [str(pk) for pk in Message.objects.filter(text__startswith="r8 #").values_list("pk", flat=True)]
-    # Each lost answer holds a lane worker for the stack's read timeout (4 s), and a third of the calls
-    # lose theirs: the two utility workers need about 0.8 s per message, so the drain allows 1.2 s; and at
-    # least the backoff of an unlucky message's retries.
+    # Each lost answer holds its sending thread for the stack's read timeout (4 s), and a third of the calls
+    # lose theirs: the drain allows 1.2 s per message (the old two-process lane needed about 0.8 s; the
+    # threads pool sends more at once), and at least the backoff of an unlucky message's retries.
     state = ctx.drain(ids, timeout=max(s.drain_s, s.r8_messages * 1.2, backoff_covered_s()))
     for instance in ctx.world.a.fleet:
         ctx.sim.faults(instance.name, lose_answer_after_rate=0.0, lose_answer_before_rate=0.0)
