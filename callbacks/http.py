@@ -1,8 +1,16 @@
 """One POST to a checked address (callbacks.addresses): the TCP connection goes to the address that
-was checked, while the Host header, TLS's server name and certificate check use the URL's host."""
+was checked, while the Host header, TLS's server name and certificate check use the URL's host.
+
+Connections are kept alive between deliveries, in one pool per (scheme, checked address, port, TLS host):
+a connection per delivery cost a TCP (and TLS) handshake each time and left a socket in TIME_WAIT for a
+minute on our side, so a few hundred callbacks a second to one receiver would use up the ephemeral ports.
+A pooled connection only ever reaches an address that was checked for the delivery that uses it.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -10,6 +18,23 @@ import urllib3
 from django.conf import settings
 
 from .addresses import Target
+
+# At most this many receivers' pools per process (the least recently used goes), each keeping at most
+# _KEPT_PER_POOL idle connections: a worker holds a bounded number of sockets whatever the endpoints.
+_POOLS = 32
+_KEPT_PER_POOL = 8
+_manager: urllib3.PoolManager | None = None
+_manager_pid = 0
+_manager_lock = threading.Lock()
+
+
+def _pools() -> urllib3.PoolManager:
+    global _manager, _manager_pid
+    with _manager_lock:
+        if _manager is None or _manager_pid != os.getpid():  # a forked child opens its own sockets
+            _manager = urllib3.PoolManager(num_pools=_POOLS, maxsize=_KEPT_PER_POOL, block=False, retries=False)
+            _manager_pid = os.getpid()
+        return _manager
 
 
 @dataclass(frozen=True)
@@ -32,31 +57,27 @@ def post(target: Target, body: bytes, headers: dict[str, str]) -> Answer:
     host_header = target.host if target.port == default_port else f"{target.host}:{target.port}"
     if ":" in target.host and not target.host.startswith("["):
         host_header = f"[{target.host}]" if target.port == default_port else f"[{target.host}]:{target.port}"
-    pool: urllib3.HTTPConnectionPool
-    if target.scheme == "https":
-        pool = urllib3.HTTPSConnectionPool(
-            address, target.port, timeout=timeout, retries=False, maxsize=1,
-            server_hostname=target.host, assert_hostname=target.host,
-        )
-    else:
-        pool = urllib3.HTTPConnectionPool(address, target.port, timeout=timeout, retries=False, maxsize=1)
+    tls = {"server_hostname": target.host, "assert_hostname": target.host} if target.scheme == "https" else None
     started = time.monotonic()
     limit = settings.CALLBACKS_RESPONSE_BODY_BYTES
     try:
+        pool = _pools().connection_from_host(address, target.port, target.scheme, pool_kwargs=tls)
         response = pool.urlopen(
-            "POST", target.path, body=body, headers={**headers, "Host": host_header},
-            redirect=False, preload_content=False, assert_same_host=False,
+            "POST", target.path, body=body, headers={**headers, "Host": host_header}, timeout=timeout,
+            redirect=False, preload_content=False, assert_same_host=False, retries=False,
         )
         try:
             # Only the first bytes are read: a receiver cannot make us hold a large answer.
             text = response.read(limit).decode("utf-8", "replace") if limit else ""
+            if response.length_remaining != 0:
+                # More answer than we read, or of unknown length: the connection cannot carry the next
+                # request, so it is closed rather than read to its end.
+                response.close()
         finally:
             response.release_conn()
         return Answer(response.status, text, _since(started), "", address)
     except Exception as exc:  # refused, timeout, TLS, a malformed answer: a failed attempt, logged as such
         return Answer(None, "", _since(started), f"{type(exc).__name__}: {exc}"[:300], address)
-    finally:
-        pool.close()
 
 
 def _since(started: float) -> int:

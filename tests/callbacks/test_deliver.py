@@ -202,3 +202,33 @@ def test_a_success_on_a_closed_circuit_leaves_the_endpoint_row_alone_and_one_aft
     assert run_due() == ["succeeded"]
     endpoint.refresh_from_db()
     assert (endpoint.circuit_state, endpoint.circuit_failures, endpoint.failing_since) == ("closed", 0, None)
+
+
+def test_deliveries_to_one_receiver_share_a_kept_alive_connection_unless_an_answer_is_left_unread(endpoint):
+    """A connection per delivery cost a handshake each time and left a socket in TIME_WAIT on our side for a
+    minute: a few hundred callbacks a second to one receiver would use up the ephemeral ports."""
+    from callbacks import http
+
+    secret = WebhookEndpoint.objects.get(pk=endpoint.pk).secret
+    receiver = Receiver(lambda: secret, keep_alive=True)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(url=receiver.url)
+    http._manager = None  # no connection kept from another test's receiver on a reused port
+    try:
+        receiver.set("ok")
+        owe(endpoint, 3)
+        assert run_due() == ["succeeded"] * 3
+        assert len({r.client_port for r in receiver.received}) == 1
+
+        # An answer longer than the 1 KB we keep is not read to its end: its connection is closed, and the next
+        # delivery opens another one and arrives whole.
+        receiver.set("error")
+        receiver.answer_body = b"x" * 5000
+        owe(endpoint, first=3)
+        assert run_due() == ["retry"]
+        receiver.set("ok")
+        Delivery.objects.filter(status="PENDING").update(next_attempt_at=timezone.now())
+        assert run_due() == ["succeeded"]
+        assert [r.answered for r in receiver.received[-2:]] == [500, 204]
+        assert receiver.received[-1].client_port != receiver.received[-2].client_port
+    finally:
+        receiver.stop()

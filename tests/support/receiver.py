@@ -2,7 +2,8 @@
 
 `mode` says how it answers: "ok" (204), "error" (500) or it is "down" (its port closed, so a
 connection is refused). It keeps every request it saw and whether its signature held. `delay` (seconds)
-makes every answer wait that long first, like a slow customer server.
+makes every answer wait that long first, like a slow customer server. `keep_alive` answers in HTTP/1.1 and
+keeps the connection open for the next request, as most servers do (else HTTP/1.0: one per request).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Received:
     body: bytes
     verified: bool
     answered: int
+    client_port: int = 0  # the sender's end of the TCP connection: one per connection
 
     @property
     def payload(self) -> Any:
@@ -32,10 +34,11 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, secret: Callable[[], str], answer_body: bytes = b"", delay: float = 0.0):
+    def __init__(self, secret: Callable[[], str], answer_body: bytes = b"", delay: float = 0.0, keep_alive: bool = False):
         self.secret = secret  # read at each request: a test may rotate it
         self.answer_body = answer_body
         self.delay = delay
+        self.keep_alive = keep_alive
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hooks/pilot?x=1"
         self.received: list[Received] = []
@@ -47,6 +50,8 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if receiver.keep_alive else "HTTP/1.0"
+
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 headers = {k.lower(): v for k, v in self.headers.items()}
@@ -59,7 +64,7 @@ class Receiver:
                 if receiver.delay:
                     time.sleep(receiver.delay)
                 with receiver._lock:
-                    receiver.received.append(Received(headers, body, verified, status))
+                    receiver.received.append(Received(headers, body, verified, status, self.client_address[1]))
                 self.send_response(status)
                 answer = receiver.answer_body if status != 204 else b""
                 self.send_header("content-length", str(len(answer)))
