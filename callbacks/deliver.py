@@ -182,7 +182,7 @@ def _circuit_after(endpoint: WebhookEndpoint, ok: bool, now: datetime) -> None:
         WebhookEndpoint.objects.filter(pk=endpoint.pk).exclude(
             circuit_state=Circuit.CLOSED, circuit_failures=0, circuit_retry_at__isnull=True, failing_since__isnull=True
         ).update(circuit_state=Circuit.CLOSED, circuit_failures=0, circuit_retry_at=None, failing_since=None,
-                 updated_at=timezone.now())
+                 updated_at=now)
         return
     # Locked: two attempts of one endpoint failing together must not both count from the same base. No key
     # update: the foreign key checks of new deliveries need not wait for it.

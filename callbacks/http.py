@@ -32,7 +32,7 @@ def _pools() -> urllib3.PoolManager:
     global _manager, _manager_pid
     with _manager_lock:
         if _manager is None or _manager_pid != os.getpid():  # a forked child opens its own sockets
-            _manager = urllib3.PoolManager(num_pools=_POOLS, maxsize=_KEPT_PER_POOL, block=False, retries=False)
+            _manager = urllib3.PoolManager(num_pools=_POOLS, maxsize=_KEPT_PER_POOL, block=False)
             _manager_pid = os.getpid()
         return _manager
 

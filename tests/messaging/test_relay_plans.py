@@ -92,16 +92,19 @@ def test_the_turn_query_over_a_backlog_is_not_compiled_by_postgres_jit(statistic
     """Postgres's JIT compiles a statement whose estimated cost passes jit_above_cost: the turn query over a
     marketing backlog did, 6-7 ms of LLVM per pass for a query that runs in 0.4 ms (bench B3 with 50,000
     marketing: a third of Postgres's time). Every connection turns it off (settings.DATABASES)."""
-    dispatch.refresh_blind_statistics(ROWS)  # blind or not, the estimate passed the threshold
+    dispatch.refresh_blind_statistics(ROWS)  # the bench's plans were compiled with real statistics too
     with connection.cursor() as cursor:
-        # A backlog of 20,000 costs the turn query about a fifth of the default threshold (100,000);
-        # the bench's 50,000 passed it. The test lowers it rather than inserting more rows.
+        # A backlog of 20,000 costs the turn query about half the default threshold (100,000); the bench's
+        # 50,000 passed it. The test lowers the threshold rather than inserting more rows.
         cursor.execute("SET jit_above_cost = 10000")
-        cursor.execute("EXPLAIN (ANALYZE) " + dispatch._TURNS,
-                       {"lane": "marketing", "now": timezone.now(), "slots": 100, "budget": 400})
-        text = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("SHOW jit")
-        jit = cursor.fetchone()
+        try:
+            cursor.execute("EXPLAIN (ANALYZE) " + dispatch._TURNS,
+                           {"lane": "marketing", "now": timezone.now(), "slots": 100, "budget": 400})
+            text = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute("SHOW jit")
+            jit = cursor.fetchone()
+        finally:
+            cursor.execute("RESET jit_above_cost")
 
     assert "JIT:" not in text, text
     assert jit == ("off",)
