@@ -6,10 +6,11 @@ realistic text (about 2.4 s of typing), the simulator answering every sendText a
 3 s (its `send_latency_ms` fault: the time WhatsApp takes; connectionState stays fast, as Evolution's is), while an OTP stream of 10/s runs alongside through the API. Each latency is
 measured with the old prefork pool and with the threads pool in the same run.
 
-The CPU ceiling is measured in the same run, first: the same scenario on the threads pool with nothing
-to wait on (latency 0, typing off), so that only the pacing caps and the machine's CPU limit it. On a
-2-core machine that also hosts the simulator, the load generator and the servers, the machine is the
-lower of the two, and it moves with the host's phase: hence measured, not assumed.
+The CPU ceiling is measured in the same run, first and last: the same scenario on the threads pool with
+nothing to wait on (latency 0, typing off), so that only the pacing caps and the machine's CPU limit it. On
+a 2-core machine that also hosts the simulator, the load generator and the servers, the machine is the
+lower of the two, and it moves with the host's phase, within minutes too: hence measured, not assumed, and
+the runs between the two ceilings judged against their mean.
 
 Per run, over a fixed window after the backlog is queued:
 - throughput: UTILITY messages SENT per second once the first sends could be back (after latency +
@@ -211,6 +212,12 @@ def one_run(ctx: Context, latency_s: float, pool: str, typing: dict[str, str] = 
     }
 
 
+def throughput_bar(caps: float, *ceilings: float) -> float:
+    """What the runs are judged against: the pacing caps, or what this machine sends with nothing to wait on where
+    that is lower (the mean of the ceilings measured before and after the runs)."""
+    return min(caps, round(sum(ceilings) / len(ceilings), 1))
+
+
 def run(ctx: Context) -> dict[str, Any]:
     sizes = ctx.sizes
     latencies = [float(x) for x in str(sizes.b8_latencies).split(",") if x.strip()]
@@ -231,17 +238,22 @@ def run(ctx: Context) -> dict[str, Any]:
                             f"({result['share_of_caps']} of the caps' {result['pacing_caps_per_s']}/s), "
                             f"{result['max_in_flight']} in flight at most, OTP p99 {result['otp_p99_ms']:.0f} ms "
                             f"(target {result['otp_target_ms']}), db connections {result['peak_db_connections']}")
+            # Again last: the host's phase moves within minutes (two ceilings three minutes apart read 72.7 and 86.8/s), and
+            # one ceiling taken first judged the runs after it against a phase they did not run in.
+            ctx.stack.restart_lane_workers("threads", TYPING_OFF)
+            ceiling_after = one_run(ctx, 0.0, "threads", TYPING_OFF)
+            ctx.log(f"  B8 ceiling again: {ceiling_after['throughput_per_s']}/s, "
+                    f"machine busy {ceiling_after['cpu'].get('machine_busy_share')}")
         finally:
             ctx.stack.restart_lane_workers()  # as the stack started them: the other scenarios run without typing
             ctx.fresh()
-    # The bar: the pacing caps, or what this machine sends with nothing to wait on where that is lower.
-    bar = min(ceiling["pacing_caps_per_s"], ceiling["throughput_per_s"])
+    bar = throughput_bar(ceiling["pacing_caps_per_s"], ceiling["throughput_per_s"], ceiling_after["throughput_per_s"])
     for r in runs:
         r["share_of_bar"] = round(r["throughput_per_s"] / bar, 2) if bar else None
         r["throughput_met"] = r["throughput_per_s"] >= 0.8 * bar
     threads = [r for r in runs if r["pool"] == "threads"]
     return {
-        "ceiling": ceiling, "bar_per_s": bar,
+        "ceiling": ceiling, "ceiling_after": ceiling_after, "bar_per_s": bar,
         "messages": sizes.b8_messages, "instances": sizes.b8_instances, "window_s": sizes.b8_seconds,
         "otp_rate": sizes.b8_otp_rate, "typing": TYPING_ON, "text_chars": len(TEXT), "runs": runs,
         "gateway_nice": GATEWAY_NICE if raised else 0,

@@ -1,13 +1,14 @@
 """B8's OTP target is judged on each OTP's time less the simulator's own lateness on its call
-(bench/scenarios/b8_slow_gateway.punctual_ms); the report shows that figure beside the measured one."""
+(bench/scenarios/b8_slow_gateway.punctual_ms); the report shows that figure beside the measured one. Its
+throughput is judged against the caps or the mean of the CPU ceilings measured first and last."""
 
 from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
 
-from bench.report_gateway import _b8_otp
-from bench.scenarios.b8_slow_gateway import punctual_ms
+from bench.report_gateway import _b8_bar, _b8_otp
+from bench.scenarios.b8_slow_gateway import punctual_ms, throughput_bar
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)
 
@@ -37,3 +38,19 @@ def test_the_report_shows_the_judged_p99_and_the_measured_one() -> None:
     run = {"otp_p99_ms": 3639.1, "otp_p99_punctual_ms": 3481.7}
     assert _b8_otp(run) == "3,482 ms with the simulator's lateness taken off (measured 3,639 ms)"
     assert _b8_otp({"otp_p99_ms": 3639.1}) == "3,639 ms"  # a recording from before the judged figure
+
+
+def test_the_throughput_bar_is_the_caps_or_the_mean_of_the_ceilings_before_and_after() -> None:
+    assert throughput_bar(100.0, 72.0, 86.0) == 79.0  # the host's phase moved between the two ceilings
+    assert throughput_bar(60.0, 72.0, 86.0) == 60.0  # the caps, where lower
+    assert throughput_bar(100.0, 73.7) == 73.7  # one ceiling alone
+
+
+def test_the_report_names_both_ceilings_and_reads_a_recording_with_one() -> None:
+    run = {"pacing_caps_per_s": 100.0}
+    both = {"runs": [run], "bar_per_s": 79.0, "ceiling": {"throughput_per_s": 72.0},
+            "ceiling_after": {"throughput_per_s": 86.0}}
+    assert _b8_bar(both) == (79.0, "lower of the caps (100/s) and the CPU ceiling (the mean of 72.0/s first and "
+                                   "86.0/s last)")
+    first_only = {"runs": [run], "bar_per_s": 73.7, "ceiling": {"throughput_per_s": 73.7}}
+    assert _b8_bar(first_only) == (73.7, "lower of the caps (100/s) and the CPU ceiling (73.7/s)")
