@@ -67,6 +67,7 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     assert beside["runs"][0]["otps"] > 0 and _is_figure(beside["ratio"]["median"])
     assert _is_figure(beside["otp_cpu_share"]["median"]) and _is_figure(beside["runs"][0]["otp_cpu_ms"])
     assert _is_figure(sc["B3"]["idle"]["p99_ms"]["median"]) and _is_figure(sc["B3"]["backlog_run"]["p99_ms"]["median"])
+    assert sc["B3"]["gateway_nice"] in (-10, 0)  # the simulator at B8's priority for B3 too, where root may raise it
     assert sc["B4"]["drained"] is True and isinstance(sc["B4"]["attempts_consumed_during_outage"], int)
     assert sc["B5"]["correct"] is True and _is_figure(sc["B5"]["rate"]["median"])
     assert all(r["all_sent"] for r in sc["B6"]["alone"]["runs"] + sc["B6"]["behind"]["runs"])
@@ -77,6 +78,10 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     assert all(set(r["peak_db_connections"]) >= {"worker", "web"} and r["peak_rss_mb"]["worker"] > 0 for r in b8)
     # the OTPs judged with the simulator's lateness taken off each call: never more than as measured
     assert all(r["otp_p99_punctual_ms"] <= r["otp_p99_ms"] for r in b8)
+    # the CPU ceiling measured first and last, the runs judged against their mean
+    first, last = sc["B8"]["ceiling"]["throughput_per_s"], sc["B8"]["ceiling_after"]["throughput_per_s"]
+    assert sc["B8"]["bar_per_s"] == min(sc["B8"]["ceiling"]["pacing_caps_per_s"], round((first + last) / 2, 1))
+    assert "threads (ceiling again)" in out.read_text()
     report = out.read_text()
     for row in (*SCENARIOS, "M"):
         assert f"| {row} |" in report
