@@ -332,3 +332,15 @@ def test_every_service_keeps_its_logs_bounded():
         size, files = options.get("max-size", ""), options.get("max-file", "")
         assert re.fullmatch(r"[1-9][0-9]*m", size) and int(size[:-1]) <= 100, (name, size)
         assert files.isdigit() and 1 <= int(files) <= 10, (name, files)
+
+
+def test_the_servers_weigh_nice_minus_10_in_compose_and_in_the_services_script():
+    # Every hop of an OTP goes through Postgres, Redis and RabbitMQ: on a shared host they serve before any process
+    # of ours (bench B3), in compose by their CPU weight, in scripts/services.sh by their nice.
+    services = compose(production_values())["services"]
+    for name in ("postgres", "redis", "rabbitmq"):
+        assert services[name]["cpu_shares"] == 9548, name  # the kernel's weight for nice -10
+    script = (ROOT / "scripts" / "services.sh").read_text()
+    assert "local nice=${SERVER_NICE:--10}" in script
+    for server, pid in (("postgres", "pg_pid"), ("redis", "redis_pid"), ("rabbitmq", "rmq_pid")):
+        assert f'server_priority {server} "$({pid})"' in script, server
