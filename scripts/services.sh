@@ -54,8 +54,8 @@ say() { printf '%s\n' "$*"; }
 # Behind a marketing backlog on the 2-core bench host, B3's busy p99 read a median of 48.5 ms with the servers
 # raised against 57 ms without (twelve streams each, interleaved, 2026-12-03; bench/findings.md). Postgres
 # starts each backend in a session of its own: they inherit the postmaster's nice, but where the kernel's
-# autogroups are on their sessions stay at nice 0 (what counts there is RabbitMQ's and Redis's). Raising a priority takes root: without it the
-# server runs as started, and the status line says so.
+# autogroups are on their sessions stay at nice 0 (what counts there is RabbitMQ's and Redis's). Raising a
+# priority takes root: without it the server runs as started, and the status line says so.
 server_priority() {
     local nice=${SERVER_NICE:--10} pid=$2 pgid
     SERVER_PRIORITY=""
