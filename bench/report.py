@@ -14,7 +14,7 @@ from typing import Any, Callable
 from .ablation_table import render as render_ablation
 from .paired import render as render_paired
 from .report_format import _anchor, num, per_unit_table, spread, status
-from .report_gateway import _appendix_b7, _appendix_b8, _row_b7, _row_b8
+from .report_gateway import _appendix_b7, _appendix_b8, _row_b7, _row_b8, gateway_priority
 
 # The order of the summary and of the appendix.
 SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
@@ -263,17 +263,6 @@ def _appendix_b2_otps(w: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
-def _b3_gateway(b3: dict[str, Any]) -> str:
-    """At what priority the simulator ran (said only by runs that set it, as B8's)."""
-    if b3.get("gateway_nice"):
-        return (f" The simulator ran at nice {b3['gateway_nice']} (its session's autogroup too), as in B8: the real "
-                "gateway has machines of its own, and at the stack's share of the two cores it answered an OTP's "
-                "call late whenever the backlog's receipts kept it busy.")
-    if "gateway_nice" in b3:
-        return " The simulator's CPU weight could not be raised (that takes root): it ran at the stack's priority."
-    return ""
-
-
 def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
     out = [f"{b3['otps']} OTPs at {num(b3['otp_rate'])}/s through the HTTP API (official instance), latency accept → "
            f"SENT, first idle, then behind {b3['backlog']:,} MARKETING from the bulk path; typing delay off. Each stream "
@@ -284,7 +273,8 @@ def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
            "second or third slowest OTP); the median of the runs' p99s is beside it. What sets the idle tail on this "
            "host looks like its disk: an idle `fdatasync` probe read p50 0.4 ms, p99 35 ms, p99.9 191 ms, max 417 ms, and "
            "an OTP commits four times (accept, release, claim, answer). A slow `relay` segment has so far always been a "
-           "slow accept (its round trip is as long); a slow `pickup` came with a quick accept." + _b3_gateway(b3), ""]
+           "slow accept (its round trip is as long); a slow `pickup` came with a quick accept. " + gateway_priority(
+               b3, "B3", "it answered an OTP's call late whenever the backlog's receipts kept it busy"), ""]
     if b3.get("callbacks") is False:
         out += ["Callbacks off for this run (`--set b3_callbacks=0`, to compare).", ""]
     elif "callbacks_delivered" in b3:

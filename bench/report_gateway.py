@@ -19,15 +19,22 @@ def _row_b7(b7: dict[str, Any]) -> list[str]:
             "| none stated (issue 23, spec) | report only |"]
 
 
-def _b8_gateway(b8: dict[str, Any]) -> str:
-    if b8.get("gateway_nice"):
-        return (f"The simulator ran at nice {b8['gateway_nice']} (its session's autogroup too) for B8: the real "
-                "gateway has machines of its own, and at the stack's share of the two cores its event loop served the "
-                "OTPs' calls up to 0.8 s late (p99); how late it still ran is in the second table.")
-    if "gateway_nice" in b8:
+def gateway_priority(result: dict[str, Any], scenario: str, starved: str, otherwise: str = "") -> str:
+    """At what priority the simulator ran, for the scenarios that raise it (B3, B8; `gateway_cpu`): `starved` says
+    what it did at the stack's share of the cores; `otherwise` ends the sentence when it could not be raised."""
+    if result.get("gateway_nice"):
+        return (f"The simulator ran at nice {result['gateway_nice']} (its session's autogroup too) for {scenario}: the "
+                f"real gateway has machines of its own, and at the stack's share of the two cores {starved}.")
+    if "gateway_nice" in result:
         return ("The simulator's CPU weight could not be raised (that takes root): it shares the two cores at the "
-                "stack's priority, and how late its event loop ran is in the second table.")
+                f"stack's priority{otherwise}.")
     return ""
+
+
+def _b8_gateway(b8: dict[str, Any]) -> str:
+    return gateway_priority(b8, "B8", "its event loop served the OTPs' calls up to 0.8 s late (p99); how late it "
+                                      "still ran is in the second table",
+                            ", and how late its event loop ran is in the second table")
 
 
 def _b8_bar(b8: dict[str, Any]) -> tuple[float, str]:
