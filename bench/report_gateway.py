@@ -128,7 +128,8 @@ def _appendix_b8(b8: dict[str, Any], results: dict[str, Any]) -> list[str]:
            "(latency + the longest typing + 1 s) to the end. The simulator answers sendText after the latency. The "
            "lane workers run each pool in turn; the summary judges the threads pool (the product's). The CPU ceiling "
            "is the same scenario on the threads pool with nothing to wait on (latency 0, typing off), measured first "
-           f"{'and last ' if 'ceiling_after' in b8 else ''}in the same run; each run is judged against {_b8_bar(b8)[1]}. " + _b8_gateway(b8), "",
+           f"{'and last ' if 'ceiling_after' in b8 else ''}in the same run; each run is judged against "
+           f"{_b8_bar(b8)[1]}. " + _b8_gateway(b8), "",
            "| pool | latency | UTILITY sent/s | × bar | sendText in flight (max) | OTP p50 / p99 | peak RSS worker "
            "| peak DB connections (worker / all) | machine busy |", "|---|---|---|---|---|---|---|---|---|"]
     runs = (([{**b8["ceiling"], "pool": "threads (ceiling: typing off)"}] if "ceiling" in b8 else []) + b8["runs"]

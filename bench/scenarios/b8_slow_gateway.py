@@ -218,6 +218,14 @@ def throughput_bar(caps: float, *ceilings: float) -> float:
     return min(caps, round(sum(ceilings) / len(ceilings), 1))
 
 
+def cpu_ceiling(ctx: Context, label: str) -> dict[str, Any]:
+    """The scenario on the threads pool with nothing to wait on (latency 0, typing off): what the machine sends."""
+    ctx.stack.restart_lane_workers("threads", TYPING_OFF)
+    ceiling = one_run(ctx, 0.0, "threads", TYPING_OFF)
+    ctx.log(f"  {label}: {ceiling['throughput_per_s']}/s, machine busy {ceiling['cpu'].get('machine_busy_share')}")
+    return ceiling
+
+
 def run(ctx: Context) -> dict[str, Any]:
     sizes = ctx.sizes
     latencies = [float(x) for x in str(sizes.b8_latencies).split(",") if x.strip()]
@@ -225,10 +233,7 @@ def run(ctx: Context) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with gateway_cpu(ctx) as raised:
         try:
-            ctx.stack.restart_lane_workers("threads", TYPING_OFF)
-            ceiling = one_run(ctx, 0.0, "threads", TYPING_OFF)
-            ctx.log(f"  B8 ceiling (threads, latency 0, typing off): {ceiling['throughput_per_s']}/s, "
-                    f"machine busy {ceiling['cpu'].get('machine_busy_share')}")
+            ceiling = cpu_ceiling(ctx, "B8 ceiling (threads, latency 0, typing off)")
             for pool in pools:
                 ctx.stack.restart_lane_workers(pool, TYPING_ON)
                 for latency in latencies:
@@ -238,12 +243,9 @@ def run(ctx: Context) -> dict[str, Any]:
                             f"({result['share_of_caps']} of the caps' {result['pacing_caps_per_s']}/s), "
                             f"{result['max_in_flight']} in flight at most, OTP p99 {result['otp_p99_ms']:.0f} ms "
                             f"(target {result['otp_target_ms']}), db connections {result['peak_db_connections']}")
-            # Again last: the host's phase moves within minutes (two ceilings three minutes apart read 72.7 and 86.8/s), and
-            # one ceiling taken first judged the runs after it against a phase they did not run in.
-            ctx.stack.restart_lane_workers("threads", TYPING_OFF)
-            ceiling_after = one_run(ctx, 0.0, "threads", TYPING_OFF)
-            ctx.log(f"  B8 ceiling again: {ceiling_after['throughput_per_s']}/s, "
-                    f"machine busy {ceiling_after['cpu'].get('machine_busy_share')}")
+            # Again last: the host's phase moves within minutes (two ceilings three minutes apart read 72.7 and
+            # 86.8/s), and one ceiling taken first judged the runs after it against a phase they did not run in.
+            ceiling_after = cpu_ceiling(ctx, "B8 ceiling again")
         finally:
             ctx.stack.restart_lane_workers()  # as the stack started them: the other scenarios run without typing
             ctx.fresh()
