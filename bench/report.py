@@ -284,8 +284,8 @@ def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
                 "`CALLBACKS_RELAY_SECONDS`, as beat does. Callbacks: delivered by the end of the measured window, of the "
                 "status changes made by then; then once the receiver has caught up with those (or 15 s later), of the "
                 "status changes made by that time (a busy run's backlog goes on).", ""]
-    out += ["| run | | p50 / p99 | relay | pickup | http | slowest | backlog left | callbacks |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    out += ["| run | | p50 / p99 | relay | pickup | http | slowest | machine busy | backlog left | callbacks |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
 
     def segment(r: dict[str, Any], name: str) -> str:
         part = r.get("segments", {}).get(name)
@@ -293,10 +293,21 @@ def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
 
     for i, (a, b) in enumerate(zip(b3["idle"]["runs"], b3["backlog_run"]["runs"])):
         for label, r in (("idle", a), ("with backlog", b)):
+            busy = r.get("stream_cpu", {}).get("machine_busy_share")
             out.append(f"| {i + 1} | {label} | {num(r['p50_ms'])} / {num(r['p99_ms'])} ms | {segment(r, 'relay')} | "
                        f"{segment(r, 'pickup')} | {segment(r, 'http')} | {_slowest(r.get('slowest'))} | "
+                       f"{'–' if busy is None else f'{busy:.0%}'} | "
                        f"{num(r.get('backlog_left')) if label != 'idle' else ''} | {_callbacks_cell(r)} |")
+    shares = [r["stream_cpu"]["share"] for r in b3["backlog_run"]["runs"] if r.get("stream_cpu", {}).get("share")]
+    if shares:
+        out += ["", "Machine busy: the share of every core's time used while the stream ran, servers and the load "
+                    "generator included. Who used it during the streams with backlog (share of the machine, by process "
+                    "kind, each run): "
+                + "; ".join(f"run {i + 1}: " + ", ".join(f"{kind} {share:.0%}" for kind, share in
+                                                         sorted(share.items(), key=lambda item: -item[1]) if share >= 0.01)
+                            for i, share in enumerate(shares)) + "."]
     return out + [""]
+
 
 
 def _callbacks_cell(r: dict[str, Any]) -> str:

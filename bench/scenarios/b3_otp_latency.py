@@ -165,8 +165,12 @@ def one_run(ctx: Context, backlog: int, receiver: Receiver | None = None) -> dic
         # warm-up OTP at once instead of 1/rate later, waited behind it, and was the slowest of many runs.
         warmup = ctx.sizes.b3_warmup_otps
         answered_ms: dict[str, float] = {}
-        ids = otp_stream(ctx, warmup + ctx.sizes.b3_otps, ctx.sizes.b3_otp_rate, answered_ms)[warmup:]
+        # The whole machine's CPU while the stream ran, servers included: whether the OTPs met a host with cores
+        # to spare or a saturated one (what sets the busy stream's tail, bench/findings.md).
+        with ctx.cpu(servers=True) as meter:
+            ids = otp_stream(ctx, warmup + ctx.sizes.b3_otps, ctx.sizes.b3_otp_rate, answered_ms)[warmup:]
         result = latencies(ctx, ids, answered_ms)
+        result["stream_cpu"] = cpu_summary(meter)
         if backlog:
             # Proof that the backlog was really draining meanwhile (and not done before the stream ended).
             sent = Message.objects.filter(category="MARKETING", sent_at__isnull=False).count()
@@ -208,6 +212,15 @@ def callbacks_figures(ctx: Context, receiver: Receiver, ids: list[str]) -> dict[
             "otps_with_callback": sum(1 for i in ids if tally.by_message.get(i))}
 
 
+def _machine_text(result: dict[str, Any]) -> str:
+    cpu = result.get("stream_cpu") or {}
+    busy = cpu.get("machine_busy_share")
+    if busy is None:
+        return "machine busy ?"
+    top = sorted(cpu.get("share", {}).items(), key=lambda item: -item[1])[:4]
+    return f"machine busy {busy:.0%} (" + ", ".join(f"{kind} {share:.0%}" for kind, share in top) + ")"
+
+
 def _callbacks_text(result: dict[str, Any]) -> str:
     c = result.get("callbacks")
     if not c:
@@ -230,9 +243,11 @@ def run(ctx: Context) -> dict[str, Any]:
                 idle.append(one_run(ctx, 0, receiver))
                 busy.append(one_run(ctx, sizes.b3_backlog, receiver))
                 ctx.log(f"  B3 run {n + 1}: idle p50/p99 {idle[-1]['p50_ms']:.0f}/{idle[-1]['p99_ms']:.0f} ms "
-                        f"(segments p50/p99 {_segments_text(idle[-1])}; {_callbacks_text(idle[-1])}), "
+                        f"(segments p50/p99 {_segments_text(idle[-1])}; {_machine_text(idle[-1])}; "
+                        f"{_callbacks_text(idle[-1])}), "
                         f"with backlog {busy[-1]['p50_ms']:.0f}/{busy[-1]['p99_ms']:.0f} ms "
                         f"({busy[-1].get('backlog_left', 0)} of the backlog left; segments p50/p99 {_segments_text(busy[-1])}; "
+                        f"{_machine_text(busy[-1])}; "
                         f"{_callbacks_text(busy[-1])}); slowest idle {idle[-1]['slowest']}, busy {busy[-1]['slowest']}")
     finally:
         receiver.stop()

@@ -245,3 +245,30 @@ def test_the_runs_per_figure_count_a_kept_scenarios_own_runs(results: dict[str, 
     line = next(x for x in report.render(results).splitlines() if x.startswith("- Runs per figure"))
 
     assert "B2: 3," in line
+
+
+def test_the_b3_appendix_says_how_busy_the_machine_was_while_each_stream_ran(results: dict[str, Any]) -> None:
+    # given: B3's runs with the machine's CPU measured over each stream (older recordings have none)
+    b3 = results["scenarios"]["B3"]
+    for run in b3["idle"]["runs"]:
+        run["stream_cpu"] = {"machine_busy_share": 0.41, "share": {"callbacks": 0.19, "webhook": 0.12}}
+    for run in b3["backlog_run"]["runs"]:
+        run["stream_cpu"] = {"machine_busy_share": 0.93,
+                             "share": {"webhook": 0.43, "callbacks": 0.25, "postgres": 0.19, "redis": 0.004}}
+
+    # when
+    appendix = report.render(results).split("### B3", 1)[1].split("### B4", 1)[0]
+
+    # then: a column per stream, and who used the machine during the streams with backlog
+    rows = [line for line in appendix.splitlines() if line.startswith("| 1 |")]
+    assert "| 41% |" in rows[0] and "| 93% |" in rows[1]
+    assert "run 1: webhook 43%, callbacks 25%, postgres 19%;" in appendix  # under 1 % left out
+    assert "redis" not in appendix.split("Who used it", 1)[1].split("\n", 1)[0]
+
+
+def test_a_b3_recording_without_the_streams_cpu_renders_a_dash(results: dict[str, Any]) -> None:
+    appendix = report.render(results).split("### B3", 1)[1].split("### B4", 1)[0]
+
+    assert "machine busy" in appendix
+    assert "Who used it" not in appendix
+    assert all("| – |" in line for line in appendix.splitlines() if line.startswith("| 1 |"))
