@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .ablation_table import render as render_ablation
 from .paired import render as render_paired
-from .report_format import _anchor, num, per_unit_table, spread, status
+from .report_format import _anchor, num, per_unit_table, shares_text, spread, status
 from .report_gateway import _appendix_b7, _appendix_b8, _row_b7, _row_b8, gateway_priority
 
 # The order of the summary and of the appendix.
@@ -303,11 +303,8 @@ def _appendix_b3(b3: dict[str, Any], results: dict[str, Any]) -> list[str]:
         out += ["", "Machine busy: the share of every core's time used while the stream ran, servers and the load "
                     "generator included. Who used it during the streams with backlog (share of the machine, by process "
                     "kind, each run): "
-                + "; ".join(f"run {i + 1}: " + ", ".join(f"{kind} {share:.0%}" for kind, share in
-                                                         sorted(share.items(), key=lambda item: -item[1]) if share >= 0.01)
-                            for i, share in enumerate(shares)) + "."]
+                + "; ".join(f"run {i + 1}: {shares_text(share, floor=0.01)}" for i, share in enumerate(shares)) + "."]
     return out + [""]
-
 
 
 def _callbacks_cell(r: dict[str, Any]) -> str:

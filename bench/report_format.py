@@ -17,6 +17,12 @@ def num(value: Any, digits: int = 0, unit: str = "") -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
+def shares_text(share: dict[str, float], floor: float = 0.0, top: int | None = None) -> str:
+    """Process kinds by their share of the machine, largest first: "webhook 22%, worker 14%"."""
+    ranked = [(kind, value) for kind, value in sorted(share.items(), key=lambda item: -item[1]) if value >= floor]
+    return ", ".join(f"{kind} {value:.0%}" for kind, value in ranked[:top])
+
+
 def spread(s: dict[str, Any] | None, digits: int = 0, unit: str = "") -> str:
     """A repeated figure: its median, with (min–max) when the runs differ."""
     if not s:

@@ -30,6 +30,7 @@ import requests
 from ..backlog import bulk_accept, live_key
 from ..callbacks_on import Receiver, Tally, callbacks_on
 from ..context import Context, cpu_summary, wait_for
+from ..report_format import shares_text
 from ..stats import Spread, percentile
 from ..world import World
 
@@ -217,8 +218,7 @@ def _machine_text(result: dict[str, Any]) -> str:
     busy = cpu.get("machine_busy_share")
     if busy is None:
         return "machine busy ?"
-    top = sorted(cpu.get("share", {}).items(), key=lambda item: -item[1])[:4]
-    return f"machine busy {busy:.0%} (" + ", ".join(f"{kind} {share:.0%}" for kind, share in top) + ")"
+    return f"machine busy {busy:.0%} ({shares_text(cpu.get('share', {}), top=4)})"
 
 
 def _callbacks_text(result: dict[str, Any]) -> str:
