@@ -21,6 +21,7 @@
 # commits may be lost on a crash, never corruption; fsync stays on). `make test` sets it; any
 # `up`/`start postgres` without it puts synchronous_commit back to its default (on).
 # SERVER_NICE (-10; 0 leaves them as started): the servers' CPU priority, see server_priority.
+# Every start also takes the servers' ports out of the kernel's ephemeral range (reserve_ports).
 #
 # Everything is stopped by the PID in its pidfile, never by process name. See
 # /work/shared/spec/services.md for the facts behind the choices here.
@@ -618,6 +619,26 @@ choose_ports() {
     set_ports "$off"
 }
 
+# reserve_ports: take our ports out of the kernel's ephemeral range (ip_local_reserved_ports, kept as it is
+# otherwise). They lie inside it (32768-60999 by default): while a server is stopped, an outgoing connection
+# may get its port as a local one, most often a client reconnecting to that very server (on loopback a
+# connect to 127.0.0.1:P from local port P connects to itself), and the server then cannot listen again.
+# `make test` saw RabbitMQ, restarted by a fault test, die with eaddrinuse on 56720.
+reserve_ports() {
+    local file=/proc/sys/net/ipv4/ip_local_reserved_ports current port item missing=""
+    [ -r "$file" ] || return 0
+    current=$(tr -d ' \n' <"$file")
+    for port in "$PG_PORT" "$REDIS_PORT" "$AMQP_PORT" "$RMQ_DIST_PORT" "$EPMD_PORT"; do
+        for item in ${current//,/ }; do
+            [ "$port" -ge "${item%-*}" ] && [ "$port" -le "${item#*-}" ] && continue 2
+        done
+        missing="$missing,$port"
+    done
+    [ -n "$missing" ] || return 0
+    { printf '%s\n' "${current}${missing}" | sed 's/^,//' >"$file"; } 2>/dev/null ||
+        say "note: could not reserve ports${missing//,/ } ($file): a stopped server may lose its port"
+}
+
 # ---------------------------------------------------------------------------------------------
 # commands
 # ---------------------------------------------------------------------------------------------
@@ -626,6 +647,7 @@ cmd_up() {
     t0=$(now_ms)
     ensure_packages
     choose_ports
+    reserve_ports
     rmq_launch # slowest first, in the background
     pg_start
     redis_start
@@ -662,6 +684,7 @@ one_service() { # one_service start|stop NAME
     if [ "$action" = start ]; then
         ensure_packages
         choose_ports
+        reserve_ports
     fi
     case "$name" in
     postgres | pg) if [ "$action" = start ]; then pg_start; else pg_stop; fi ;;
