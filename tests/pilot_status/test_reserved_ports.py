@@ -10,12 +10,12 @@ RabbitMQ, restarted by test_ingestion_dual, died with eaddrinuse on 56720, and 2
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.processes import ROOT
+from tests.support.services import service
 
 RESERVED = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
 DEFAULT_PORTS = (55432, 56379, 56720, 56721, 56722)
@@ -35,11 +35,6 @@ def _our_ports() -> set[int]:
     return {port + offset for port in DEFAULT_PORTS}
 
 
-def _services(*args: str) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "services.sh"), *args], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL, timeout=180)
-
-
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not os.access(RESERVED, os.W_OK),
                                 reason="reserving ports takes root and a writable /proc/sys")
 
@@ -51,7 +46,7 @@ def test_starting_a_server_reserves_every_port_of_ours_and_keeps_the_reservation
     RESERVED.write_text("40123")
     try:
         # when: a server is started (as the fault tests do after stopping one; `up` goes the same way)
-        _services("start", "redis")
+        service("start", "redis")
 
         # then
         reserved = _reserved()
@@ -59,4 +54,4 @@ def test_starting_a_server_reserves_every_port_of_ours_and_keeps_the_reservation
         assert 40123 in reserved
     finally:
         RESERVED.write_text(before or "\n")
-        _services("start", "redis")  # our ports reserved again, whatever was there before the test
+        service("start", "redis")  # our ports reserved again, whatever was there before the test
