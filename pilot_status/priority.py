@@ -15,13 +15,6 @@ otherwise lower the whole terminal's session. In containers or systemd units, au
 apply; give those services a lower CPU weight instead (docker-compose.yml: `cpu_shares`). A process
 outside any autogroup (its file is empty: a session the kernel never gave one, such as a container's
 first) is scheduled by its own nice, which is then enough.
-
-Where the host lets it (root, or a delegated CPU cgroup), the process also joins one CPU cgroup that every
-background process shares and that the kernel runs as idle (`cpu.idle`, Linux 5.15+; the lowest weight
-where that file is missing): it runs whenever a core is free, and anything else that wakes takes the core
-from it at once. Nice 10 cannot do that: each background session still weighs a tenth of a foreground one,
-and ten of them together weigh as much as the OTP relay (bench B3 behind the backlog, paired: OTP p50 18-19
-ms against 25, p99 29-35 against 45-49; bench/findings.md). `BACKGROUND_IDLE_GROUP=0` leaves the group out.
 """
 
 from __future__ import annotations
@@ -34,8 +27,6 @@ from pathlib import Path
 AUTOGROUP = Path("/proc/self/autogroup")
 # The Procfile's `${BACKGROUND_NICE:-10}`: nice 10 weighs a tenth of nice 0 in the scheduler.
 DEFAULT_BACKGROUND_NICE = 10
-# The cgroup every background process joins, beside the one the process starts in.
-IDLE_GROUP = "pilot-status-background"
 USAGE = "usage: python -m pilot_status.priority NICE COMMAND [ARG ...]   (NICE: 0..19, higher runs later)"
 
 
@@ -70,71 +61,6 @@ def lower(nice: int, autogroup: Path = AUTOGROUP) -> bool:
     raise OSError(f"could not set {autogroup} to {nice}: the kernel kept answering EAGAIN")
 
 
-def cpu_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[Path, Path, int] | None:
-    """Where this process's CPU cgroup is: (the hierarchy's mount point, the cgroup's folder, the cgroup
-    version, 1 or 2), or None when the CPU controller is mounted nowhere this process can see.
-    Arguments: the text of /proc/self/cgroup and of /proc/self/mountinfo."""
-    paths: dict[int, str] = {}
-    for line in proc_cgroup.splitlines():
-        number, controllers, path = line.split(":", 2)
-        if number == "0" and not controllers:
-            paths[2] = path
-        elif "cpu" in controllers.split(","):
-            paths[1] = path
-    for line in mountinfo.splitlines():
-        fields, _, rest = line.partition(" - ")
-        mount_root, mount_point = fields.split()[3:5]
-        fstype, _source, options = (rest.split() + ["", ""])[:3]
-        if fstype == "cgroup" and "cpu" in options.split(",") and 1 in paths:
-            version = 1
-        elif fstype == "cgroup2" and 2 in paths and "cpu" in _read(Path(mount_point, "cgroup.controllers")).split():
-            version = 2
-        else:
-            continue
-        path = paths[version]
-        if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
-            path = path[len(mount_root):]  # a container sees its own cgroup as the mount's root
-        return Path(mount_point), Path(mount_point, path.lstrip("/")), version
-    return None
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
-def join_idle_group(proc_cgroup: Path = Path("/proc/self/cgroup"),
-                    mountinfo: Path = Path("/proc/self/mountinfo")) -> Path | None:
-    """Move this process into the background's idle CPU cgroup, made beside its own cgroup; returns the group,
-    or None (with a line on stderr) when the host does not allow it: the process then runs at its nice alone."""
-    found = cpu_cgroup(_read(proc_cgroup), _read(mountinfo))
-    if found is None:
-        return None
-    mount_point, current, version = found
-    if current.name == IDLE_GROUP:
-        return current  # started by a background process: already there
-    # cgroup v2 lets only a leaf hold processes, so the group goes beside this process's own cgroup.
-    parent = current if version == 1 or current == mount_point else current.parent
-    group = parent / IDLE_GROUP
-    try:
-        if version == 2 and "cpu" not in _read(parent / "cgroup.subtree_control").split():
-            (parent / "cgroup.subtree_control").write_text("+cpu")
-        group.mkdir(exist_ok=True)
-        if (group / "cpu.idle").exists():
-            (group / "cpu.idle").write_text("1")
-        elif version == 1:
-            (group / "cpu.shares").write_text("2")  # the lowest weight cgroup v1 takes
-        else:
-            (group / "cpu.weight").write_text("1")
-        (group / "cgroup.procs").write_text(str(os.getpid()))
-    except OSError as exc:
-        print(f"pilot_status.priority: no idle CPU group, nice alone ({group}: {exc})", file=sys.stderr)
-        return None
-    return group
-
-
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(USAGE, file=sys.stderr)
@@ -142,8 +68,6 @@ def main(argv: list[str]) -> int:
     try:
         nice = int(argv[0])
         lower(nice)
-        if nice and os.environ.get("BACKGROUND_IDLE_GROUP", "1") != "0":
-            join_idle_group()
     except ValueError as exc:
         print(f"pilot_status.priority: {exc}\n{USAGE}", file=sys.stderr)
         return 2
