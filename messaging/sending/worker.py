@@ -129,11 +129,28 @@ def send_one(message_id: str) -> str:
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message))
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
-        done = apply_outcome(message, token, instance, outcome, started)
+        done = record_answer(message, token, instance, outcome, started)
         breaker.record_successes([breaker.instance_scope(instance.name), breaker.GATEWAY])
         return done
     feed_breakers(instance, outcome)
-    return apply_outcome(message, token, instance, outcome, started)
+    return record_answer(message, token, instance, outcome, started)
+
+
+def record_answer(message: Message, token: uuid.UUID, instance: Instance, outcome: gateway.Outcome,
+                  started: datetime) -> str:
+    """apply_outcome for the answer of a call just made, waiting for a pooled connection as long as the lease
+    lasts. The answer is the one proof of what Evolution did: a thread that gave its connection back for the
+    call (release_while_waiting) and finds none free within the pool's wait must not drop it, or the message
+    stays SENDING until its lease runs out and Evolution is asked about it. Waiting again is safe: the pool
+    gave nothing, so nothing was written, and every write here is compare-and-set on the lease."""
+    while True:
+        try:
+            return apply_outcome(message, token, instance, outcome, started)
+        except OperationalError as exc:
+            lease_left = message.lease_expires_at is not None and timezone.now() < message.lease_expires_at
+            if not (isinstance(exc.__cause__, PoolTimeout) and lease_left):
+                raise
+            metrics.messages(f"answer_waits_for_connection:{message.lane}")
 
 
 def send_simulated(message: Message, token: uuid.UUID, scenario: test_numbers.Scenario) -> str:

@@ -78,3 +78,45 @@ def test_a_claim_that_meets_a_held_row_past_the_lock_timeout_goes_back_to_its_qu
                 cursor.execute("RESET lock_timeout")
         holder.rollback()
     assert Message.objects.values().get(pk=message.pk) == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_answer_in_hand_waits_for_a_free_connection_to_be_recorded(simulator, alice, alice_instance, monkeypatch):
+    # given: the lane worker's pool (one connection, a 0.2 s wait) is emptied by another thread while this send
+    # waits on Evolution, and only given back a second later (a host short of CPU: bench B8 beside background work
+    # of one low weight logged 2,787 such tasks in three runs, each after its sendText had gone out)
+    import threading
+
+    from tests.messaging.sending_helpers import open_on_simulator, sends_ok
+
+    open_on_simulator(simulator, alice_instance)
+    message = send(alice)
+    ordinary = connections["default"]
+    settings_dict = dict(ordinary.settings_dict)
+    settings_dict["CONN_MAX_AGE"] = 0
+    settings_dict["OPTIONS"] = {**settings_dict["OPTIONS"], "pool": {"min_size": 1, "max_size": 1, "timeout": 0.2}}
+    pooled: Any = DatabaseWrapper(settings_dict, alias="default")
+    pooled.pool.open(wait=True)
+    given_back = threading.Event()
+    release = worker.release_while_waiting
+
+    def release_and_lose_the_connection() -> None:
+        release()
+        held = pooled.pool.getconn()
+        threading.Timer(1.0, lambda: (pooled.pool.putconn(held), given_back.set())).start()
+
+    monkeypatch.setattr(worker, "release_while_waiting", release_and_lose_the_connection)
+    connections["default"] = pooled
+    try:
+        # when: the send's answer comes back with no connection free for 1 s
+        outcome = tasks.send_message(str(message.pk))
+    finally:
+        given_back.wait(5)
+        connections["default"] = ordinary
+        pooled.close()
+        pooled.close_pool()
+    # then: the answer is recorded once a connection is free, instead of the task failing with the send
+    # made and the message left SENDING until its lease ran out and Evolution was asked about it
+    assert outcome == "sent"
+    message.refresh_from_db()
+    assert message.status == "SENT" and len(sends_ok(simulator, alice_instance.name)) == 1
