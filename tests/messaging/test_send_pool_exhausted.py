@@ -21,22 +21,32 @@ from tests.messaging.sending_helpers import send
 
 
 @contextmanager
-def exhausted_pool() -> Iterator[None]:
-    """This thread's default connection is a one-connection pool whose connection someone else holds."""
+def one_connection_pool() -> Iterator[Any]:
+    """This thread's default connection is a pool of one connection, with a 0.2 s wait for it (yielded)."""
     ordinary = connections["default"]
     settings_dict = dict(ordinary.settings_dict)
     settings_dict["CONN_MAX_AGE"] = 0
     settings_dict["OPTIONS"] = {**settings_dict["OPTIONS"], "pool": {"min_size": 1, "max_size": 1, "timeout": 0.2}}
     pooled: Any = DatabaseWrapper(settings_dict, alias="default")
     pooled.pool.open(wait=True)
-    held = pooled.pool.getconn()
     connections["default"] = pooled
     try:
-        yield
+        yield pooled
     finally:
         connections["default"] = ordinary
-        pooled.pool.putconn(held)
+        pooled.close()
         pooled.close_pool()
+
+
+@contextmanager
+def exhausted_pool() -> Iterator[None]:
+    """This thread's default connection is a one-connection pool whose connection someone else holds."""
+    with one_connection_pool() as pooled:
+        held = pooled.pool.getconn()
+        try:
+            yield
+        finally:
+            pooled.pool.putconn(held)
 
 
 def test_a_claim_without_a_free_connection_says_so(db):
@@ -91,30 +101,20 @@ def test_an_answer_in_hand_waits_for_a_free_connection_to_be_recorded(simulator,
 
     open_on_simulator(simulator, alice_instance)
     message = send(alice)
-    ordinary = connections["default"]
-    settings_dict = dict(ordinary.settings_dict)
-    settings_dict["CONN_MAX_AGE"] = 0
-    settings_dict["OPTIONS"] = {**settings_dict["OPTIONS"], "pool": {"min_size": 1, "max_size": 1, "timeout": 0.2}}
-    pooled: Any = DatabaseWrapper(settings_dict, alias="default")
-    pooled.pool.open(wait=True)
     given_back = threading.Event()
     release = worker.release_while_waiting
+    with one_connection_pool() as pooled:
+        def release_and_lose_the_connection() -> None:
+            release()
+            held = pooled.pool.getconn()
+            threading.Timer(1.0, lambda: (pooled.pool.putconn(held), given_back.set())).start()
 
-    def release_and_lose_the_connection() -> None:
-        release()
-        held = pooled.pool.getconn()
-        threading.Timer(1.0, lambda: (pooled.pool.putconn(held), given_back.set())).start()
-
-    monkeypatch.setattr(worker, "release_while_waiting", release_and_lose_the_connection)
-    connections["default"] = pooled
-    try:
-        # when: the send's answer comes back with no connection free for 1 s
-        outcome = tasks.send_message(str(message.pk))
-    finally:
-        given_back.wait(5)
-        connections["default"] = ordinary
-        pooled.close()
-        pooled.close_pool()
+        monkeypatch.setattr(worker, "release_while_waiting", release_and_lose_the_connection)
+        try:
+            # when: the send's answer comes back with no connection free for 1 s
+            outcome = tasks.send_message(str(message.pk))
+        finally:
+            given_back.wait(5)
     # then: the answer is recorded once a connection is free, instead of the task failing with the send
     # made and the message left SENDING until its lease ran out and Evolution was asked about it
     assert outcome == "sent"
