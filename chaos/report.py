@@ -1,7 +1,8 @@
 """Render docs/reliability.md from one run's results (figures are this run's, never edited by hand).
 
-The Findings section is chaos/findings.md, included verbatim: diagnoses of failures in code owned
-by others, kept next to the harness so a re-run never drops them.
+The Findings section is chaos/findings.md, included verbatim: the defects the runs found and the test
+that holds each, what is still open, and what was noticed and left alone; kept next to the harness so a
+re-run never drops them, and cut to what is true now (the diagnoses are in git).
 """
 
 from __future__ import annotations
