@@ -33,7 +33,7 @@ WHY: dict[str, tuple[tuple[str, str], ...]] = {
            ("Metrics carry", "no Redis round trip per status counter"),
            ("Relay design", "a relay pass releases in one statement and commits once RabbitMQ confirmed its tasks")),
     "B3": (("Process priorities", "every process but web, relay_otp and worker_otp runs at `BACKGROUND_NICE`, its "
-            "session too"),
+            "session too, and in an idle CPU group where the host allows"),
            ("Relay design", "the OTP lane has a relay of its own")),
     "B4": (("The send slot", "the lane worker takes the instance's send slot right before it calls Evolution, so "
             "the cap holds at Evolution, not only at the relay"),),

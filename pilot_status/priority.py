@@ -15,6 +15,18 @@ otherwise lower the whole terminal's session. In containers or systemd units, au
 apply; give those services a lower CPU weight instead (docker-compose.yml: `cpu_shares`). A process
 outside any autogroup (its file is empty: a session the kernel never gave one, such as a container's
 first) is scheduled by its own nice, which is then enough.
+
+Where the host lets it (root, or a delegated CPU cgroup), the process also moves into a CPU cgroup of its own
+inside one group that all background work shares and that the kernel runs as idle (`cpu.idle`, Linux 5.15+; the
+lowest weight where that file is missing): the background runs whenever a core is free, and anything else that
+wakes takes the core from it at once. Nice 10 cannot do that: each background session still weighs a tenth of a
+foreground one, and ten of them together weigh as much as the OTP relay. Inside the idle group each process keeps
+a group of its own (its children share it, as they shared its session), so the background processes still share
+the idle time as their sessions did: in one flat group every thread weighs the same, and the webhook pool's
+sixteen threads took the time from the lane worker, whose threads then queued for its pooled connections (bench
+B8 at 1 s: 15-17 against 52-70 sends/s flat; 43 against 55 nested, with its CPU ceiling 44 against 53).
+Paired B3 behind the backlog, nested: OTP p99 31 ms against 52, idle 25 and 32 (bench/findings.md).
+`BACKGROUND_IDLE_GROUP=0` leaves the group out.
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ from pathlib import Path
 AUTOGROUP = Path("/proc/self/autogroup")
 # The Procfile's `${BACKGROUND_NICE:-10}`: nice 10 weighs a tenth of nice 0 in the scheduler.
 DEFAULT_BACKGROUND_NICE = 10
+# The cgroup every background process joins, beside the one the process starts in.
+IDLE_GROUP = "pilot-status-background"
 USAGE = "usage: python -m pilot_status.priority NICE COMMAND [ARG ...]   (NICE: 0..19, higher runs later)"
 
 
@@ -61,6 +75,95 @@ def lower(nice: int, autogroup: Path = AUTOGROUP) -> bool:
     raise OSError(f"could not set {autogroup} to {nice}: the kernel kept answering EAGAIN")
 
 
+def cpu_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[Path, Path, int] | None:
+    """Where this process's CPU cgroup is: (the hierarchy's mount point, the cgroup's folder, the cgroup
+    version, 1 or 2), or None when the CPU controller is mounted nowhere this process can see.
+    Arguments: the text of /proc/self/cgroup and of /proc/self/mountinfo."""
+    paths: dict[int, str] = {}
+    for line in proc_cgroup.splitlines():
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and not controllers:
+            paths[2] = path
+        elif "cpu" in controllers.split(","):
+            paths[1] = path
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        mount_root, mount_point = fields.split()[3:5]
+        fstype, _source, options = (rest.split() + ["", ""])[:3]
+        if fstype == "cgroup" and "cpu" in options.split(",") and 1 in paths:
+            version = 1
+        elif fstype == "cgroup2" and 2 in paths and "cpu" in _read(Path(mount_point, "cgroup.controllers")).split():
+            version = 2
+        else:
+            continue
+        path = paths[version]
+        if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
+            path = path[len(mount_root):]  # a container sees its own cgroup as the mount's root
+        return Path(mount_point), Path(mount_point, path.lstrip("/")), version
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def join_idle_group(proc_cgroup: Path = Path("/proc/self/cgroup"),
+                    mountinfo: Path = Path("/proc/self/mountinfo")) -> Path | None:
+    """Move this process into a group of its own inside the background's idle CPU cgroup, made beside the process's
+    own cgroup; returns the process's group, or None (with a line on stderr) when the host does not allow it: the
+    process then runs at its nice alone."""
+    found = cpu_cgroup(_read(proc_cgroup), _read(mountinfo))
+    if found is None:
+        return None
+    mount_point, current, version = found
+    if current.parent.name == IDLE_GROUP:
+        return current  # started by a background process: it shares its parent's group, as it shared its session
+    # cgroup v2 lets only a leaf hold processes, so the group goes beside this process's own cgroup.
+    parent = current if version == 1 or current == mount_point else current.parent
+    idle = parent / IDLE_GROUP
+    group = idle / f"p{os.getpid()}"
+    try:
+        if version == 2 and "cpu" not in _read(parent / "cgroup.subtree_control").split():
+            (parent / "cgroup.subtree_control").write_text("+cpu")
+        idle.mkdir(exist_ok=True)
+        if (idle / "cpu.idle").exists():
+            (idle / "cpu.idle").write_text("1")
+        elif version == 1:
+            (idle / "cpu.shares").write_text("2")  # the lowest weight cgroup v1 takes
+        else:
+            (idle / "cpu.weight").write_text("1")
+        if version == 2 and "cpu" not in _read(idle / "cgroup.subtree_control").split():
+            (idle / "cgroup.subtree_control").write_text("+cpu")
+        _remove_empty_groups(idle)
+        for attempt in range(3):
+            group.mkdir(exist_ok=True)
+            try:
+                (group / "cgroup.procs").write_text(str(os.getpid()))
+                break
+            except FileNotFoundError:
+                # Another background process starting at the same time took the new group for an ended one's.
+                if attempt == 2:
+                    raise
+    except OSError as exc:
+        print(f"pilot_status.priority: no idle CPU group, nice alone ({group}: {exc})", file=sys.stderr)
+        return None
+    return group
+
+
+def _remove_empty_groups(idle: Path) -> None:
+    """Remove the groups of background processes that have ended (the kernel refuses to remove one that still
+    holds a process), so that restarts do not pile them up."""
+    for child in idle.glob("p[0-9]*"):
+        if child.is_dir() and not _read(child / "cgroup.procs").strip():
+            try:
+                child.rmdir()
+            except OSError:
+                pass  # not empty after all, or not ours to remove
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(USAGE, file=sys.stderr)
@@ -68,6 +171,8 @@ def main(argv: list[str]) -> int:
     try:
         nice = int(argv[0])
         lower(nice)
+        if nice and os.environ.get("BACKGROUND_IDLE_GROUP", "1") != "0":
+            join_idle_group()
     except ValueError as exc:
         print(f"pilot_status.priority: {exc}\n{USAGE}", file=sys.stderr)
         return 2

@@ -184,3 +184,140 @@ def test_compose_and_the_bench_give_the_same_processes_the_background_weight():
     lowered = {name.replace("_", "-") for name, service in services.items() if service.get("cpu_shares", 1024) < 1024}
     assert lowered == background
     assert background_processes() == background
+
+
+# The idle CPU group (pilot_status.priority.join_idle_group): every background process in one cgroup that the
+# kernel runs only on cores nothing else wants.
+V1_CGROUP = "4:memory:/x\n1:cpu,cpuacct:/\n0::/\n"
+V1_MOUNTS = ("32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+             "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
+
+
+def test_the_cpu_cgroup_of_a_hybrid_host_is_the_v1_one():
+    from pilot_status.priority import cpu_cgroup
+
+    mount = Path("/sys/fs/cgroup/cpu,cpuacct")
+    assert cpu_cgroup(V1_CGROUP, V1_MOUNTS) == (mount, mount, 1)
+    assert cpu_cgroup("1:cpu:/app/web\n", V1_MOUNTS) == (mount, mount / "app/web", 1)
+    # cpuacct alone is not the CPU controller
+    assert cpu_cgroup("2:cpuacct:/\n0::/\n", V1_MOUNTS) is None
+
+
+def test_the_cpu_cgroup_on_cgroup_v2_needs_the_cpu_controller(tmp_path):
+    from pilot_status.priority import cpu_cgroup
+
+    mounts = f"41 31 0:38 / {tmp_path} rw,relatime - cgroup2 cgroup2 rw\n"
+    assert cpu_cgroup("0::/user.slice/run.scope\n", mounts) is None  # no cgroup.controllers: no cpu there
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    assert cpu_cgroup("0::/user.slice/run.scope\n", mounts) == (tmp_path, tmp_path / "user.slice/run.scope", 2)
+    # Inside a container without a cgroup namespace, the mount's root is the container's own cgroup.
+    container = f"41 31 0:38 /docker/abc {tmp_path} rw,relatime - cgroup2 cgroup2 rw\n"
+    assert cpu_cgroup("0::/docker/abc\n", container) == (tmp_path, tmp_path, 2)
+
+
+def fake_v2_tree(tmp_path: Path, idle_file: bool) -> tuple[Path, Path]:
+    """A stand-in for a cgroup v2 hierarchy (plain files: mkdir makes no interface files, so the group is made
+    here first when it should have cpu.idle). Returns /proc/self/cgroup and /proc/self/mountinfo stand-ins."""
+    (tmp_path / "cgroup.controllers").write_text("cpu io memory\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    (tmp_path / "app.slice/run.scope").mkdir(parents=True)
+    (tmp_path / "app.slice/cgroup.subtree_control").write_text("memory\n")
+    if idle_file:
+        (tmp_path / "app.slice/pilot-status-background").mkdir()
+        (tmp_path / "app.slice/pilot-status-background/cpu.idle").write_text("0\n")
+    proc_cgroup, mountinfo = tmp_path / "proc-cgroup", tmp_path / "mountinfo"
+    proc_cgroup.write_text("0::/app.slice/run.scope\n")
+    mountinfo.write_text(f"41 31 0:38 / {tmp_path} rw,relatime - cgroup2 cgroup2 rw\n")
+    return proc_cgroup, mountinfo
+
+
+def test_the_process_joins_an_idle_group_beside_its_own(tmp_path):
+    from pilot_status.priority import join_idle_group
+
+    group = join_idle_group(*fake_v2_tree(tmp_path, idle_file=True))
+    # v2 holds processes in leaves only: beside run.scope, with the parent's cpu controller switched on; inside the
+    # idle group, a group of the process's own, so that the background processes share the idle time by process.
+    idle = tmp_path / "app.slice/pilot-status-background"
+    assert group == idle / f"p{os.getpid()}"
+    assert (idle / "cpu.idle").read_text() == "1"
+    assert (group / "cgroup.procs").read_text() == str(os.getpid())
+    assert (tmp_path / "app.slice/cgroup.subtree_control").read_text() == "+cpu"
+    assert (idle / "cgroup.subtree_control").read_text() == "+cpu"
+
+
+def test_the_groups_of_ended_processes_are_removed_and_live_ones_kept(tmp_path):
+    from pilot_status.priority import join_idle_group
+
+    proc_cgroup, mountinfo = fake_v2_tree(tmp_path, idle_file=True)
+    idle = tmp_path / "app.slice/pilot-status-background"
+    (idle / "p1").mkdir()  # an ended process's group: nothing in it (a real cgroup lists its processes)
+    (idle / "p2").mkdir()
+    (idle / "p2/cgroup.procs").write_text("2\n")  # a running one's
+    join_idle_group(proc_cgroup, mountinfo)
+    assert not (idle / "p1").exists()
+    assert (idle / "p2/cgroup.procs").read_text() == "2\n"
+
+
+def test_a_process_started_by_a_background_process_stays_in_its_group(tmp_path):
+    from pilot_status.priority import join_idle_group
+
+    proc_cgroup, mountinfo = fake_v2_tree(tmp_path, idle_file=True)
+    proc_cgroup.write_text("0::/app.slice/pilot-status-background/p7\n")
+    assert join_idle_group(proc_cgroup, mountinfo) == tmp_path / "app.slice/pilot-status-background/p7"
+    assert not (tmp_path / "app.slice/pilot-status-background/p7").exists()  # nothing made, nothing moved
+
+
+def test_without_cpu_idle_the_group_gets_the_lowest_weight(tmp_path):
+    # Kernels before 5.15 have no cpu.idle.
+    from pilot_status.priority import join_idle_group
+
+    group = join_idle_group(*fake_v2_tree(tmp_path, idle_file=False))
+    assert group is not None and (group.parent / "cpu.weight").read_text() == "1"
+    assert not (group.parent / "cpu.idle").exists()
+
+
+def test_a_host_that_refuses_the_group_leaves_the_process_at_its_nice(tmp_path, capsys):
+    from pilot_status.priority import join_idle_group
+
+    proc_cgroup, mountinfo = fake_v2_tree(tmp_path, idle_file=False)
+    (tmp_path / "app.slice/pilot-status-background").write_text("not a folder")
+    assert join_idle_group(proc_cgroup, mountinfo) is None
+    assert "no idle CPU group, nice alone" in capsys.readouterr().err
+    # and a host with no CPU controller at all says nothing
+    mountinfo.write_text("")
+    assert join_idle_group(proc_cgroup, mountinfo) is None
+    assert capsys.readouterr().err == ""
+
+
+def host_idle_group() -> Path | None:
+    """The real idle group's folder when this host lets the tests make it (root and a writable CPU cgroup)."""
+    from pilot_status.priority import IDLE_GROUP, cpu_cgroup
+
+    found = cpu_cgroup(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
+    if found is None or os.geteuid() != 0 or not os.access(found[1], os.W_OK):
+        return None
+    mount_point, current, version = found
+    parent = current if version == 1 or current == mount_point else current.parent
+    return parent / IDLE_GROUP
+
+
+# Prints the cgroup of the CPU controller this process is in (v1 line first, else the v2 one).
+SHOW_GROUP = ("from pathlib import Path; lines = Path('/proc/self/cgroup').read_text().splitlines();"
+              "print(([l for l in lines if 'cpu' in l.split(':')[1].split(',')] or [l for l in lines if l.startswith('0::')])[0]"
+              ".split(':', 2)[2])")
+
+
+@pytest.mark.skipif(host_idle_group() is None, reason="this host does not let the tests make a CPU cgroup")
+@pytest.mark.parametrize("nice, env, joins", [("7", {}, True), ("7", {"BACKGROUND_IDLE_GROUP": "0"}, False),
+                                              ("0", {}, False)])
+def test_a_background_process_runs_in_the_hosts_idle_group(nice, env, joins):
+    group = host_idle_group()
+    assert group is not None
+    done = run_wrapped(nice, sys.executable, "-c", SHOW_GROUP, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    assert ("/pilot-status-background/p" in done.stdout) is joins, done.stdout
+    if joins:
+        assert (group / "cpu.idle").read_text().strip() == "1"
+        own = group / done.stdout.strip().rsplit("/", 1)[1]
+        assert own.name.startswith("p") and own.is_dir()  # a group of its own inside the idle one
+        own.rmdir()  # its process has ended
