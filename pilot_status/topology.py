@@ -241,8 +241,8 @@ PROCFILE_HEADER = """\
 # deployment that serves slow admin pages from this pool can raise it.
 # Priorities: the client API and the OTP path (web, relay_otp, worker_otp) run first; every other
 # process of ours is background work and runs through pilot_status.priority at BACKGROUND_NICE
-# (default 10; 0 turns it off), so that a marketing drain and its receipts never make an OTP wait
-# for a CPU (bench B3). `exec` keeps each process the leader of the session honcho gives it, which
+# (default 10; 0 turns it off) and, where the host allows, in an idle CPU cgroup (BACKGROUND_IDLE_GROUP),
+# so that a marketing drain and its receipts never make an OTP wait for a CPU (bench B3). `exec` keeps each process the leader of the session honcho gives it, which
 # is what the priority is set on (pilot_status/priority.py says why).
 # The lane workers (worker_otp/utility/marketing) start through pilot_status.lane_worker, the one place
 # that sets their pool and concurrency (Celery's threads pool, LANE_WORKER_POOL / LANE_WORKER_CONCURRENCY*,
