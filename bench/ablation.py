@@ -55,7 +55,8 @@ VARIANTS = (
     Variant("remembered-routing", "remembered routing guards", {"ACCEPT_REMEMBER_ROUTING": "0"}),
     Variant("prepared", "prepared statements", {"DATABASE_PREPARED_STATEMENTS": "0"}),
     Variant("plain-validator", "second validator", {"SEND_PLAIN_VALIDATOR": "0"}),
-    Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),
+    Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),  # the nice and the idle group
+    Variant("idle-group", "idle CPU group (nice kept)", {"BACKGROUND_IDLE_GROUP": "0"}),
     Variant("metrics-carry", "metrics carry", {"METRICS_FLUSH_SECONDS": "0"}),
     Variant("ack-batch", "batched consumer ACKs", {"CONSUMER_ACK_BATCH": "1"}),
     Variant("gateway-limit", "adaptive gateway limit", {"GATEWAY_ADAPTIVE_LIMIT": "0"}),
@@ -67,7 +68,7 @@ VARIANTS = (
 
 @dataclass(frozen=True)
 class AblationSizes:
-    """One variant's measurement in one round. The defaults keep 9 variants × 2 rounds near 25 minutes on
+    """One variant's measurement in one round. The defaults keep the 11 variants × 2 rounds near half an hour on
     the 2-core host; each can be set by env (BENCH_ABLATION_<NAME>) or `--set name=value`."""
 
     rounds: int = 2
