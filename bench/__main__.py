@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .launcher import ROOT, BenchStack, StackConfig
-from .launcher import STARTED
+from .launcher import STARTED, idle_group_processes
 from .launcher import priorities as launcher_priorities
 from .sizes import resolve
 
@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     try:
         stack.start()
+        results["stack"]["idle_group"] = idle_group_processes()
         ctx = Context(stack, Simulator(stack.simulator_url), world, sizes,
                       log=lambda line: print(line, flush=True))
         plan = {

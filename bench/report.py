@@ -438,14 +438,20 @@ def _lane_pool_text(stack: dict[str, Any]) -> str:
     return f"prefork -c {concurrency}"
 
 
-def _priorities_text(priorities: dict[str, int] | None) -> str:
+def _priorities_text(priorities: dict[str, int] | None, idle_group: int | None | str = "not recorded") -> str:
     if priorities is None:
         return "not recorded"
     lowered = sorted(name for name, nice in priorities.items() if nice)
     if not lowered:
         return "every process at normal priority"
     levels = sorted({priorities[name] for name in lowered})
-    return (f"{', '.join(lowered)} at nice {'/'.join(map(str, levels))} (their sessions too); "
+    if idle_group == "not recorded":  # runs before the idle group was recorded
+        group = "in an idle CPU group where the host allowed it"
+    elif idle_group:
+        group = f"in an idle CPU group, a group of its own each ({idle_group} processes)"
+    else:
+        group = "no idle CPU group (the host did not allow it, or BACKGROUND_IDLE_GROUP=0)"
+    return (f"{', '.join(lowered)} at nice {'/'.join(map(str, levels))} (their sessions too), {group}; "
             "web, relay-otp, worker-otp, the simulator and the servers at normal priority")
 
 
@@ -465,7 +471,7 @@ def header(results: dict[str, Any]) -> list[str]:
         f"- Stack: gunicorn for the client API ({web}) and for Evolution's webhooks "
         f"({stack.get('webhook_args') or 'as in the Procfile'}); one Celery worker per lane ({_lane_pool_text(stack)}); "
         "relay, relay-otp, RabbitMQ consumer, the callbacks worker, Postgres, Redis, RabbitMQ, the Evolution simulator. Priorities as in "
-        f"the Procfile: {_priorities_text(stack.get('priorities'))}.",
+        f"the Procfile: {_priorities_text(stack.get('priorities'), stack.get('idle_group', 'not recorded'))}.",
         f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run "
         f"{num(results.get('elapsed_s'))} s",
         f"- Runs per figure: {sizes['runs']} (B1: {sizes.get('b1_runs', sizes['runs'])}, "

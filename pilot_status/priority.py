@@ -110,6 +110,21 @@ def _read(path: Path) -> str:
         return ""
 
 
+def _beside(found: tuple[Path, Path, int]) -> Path:
+    """The cgroup the idle group goes into: this process's own (v1), or its parent, since cgroup v2 lets only a
+    leaf hold processes."""
+    mount_point, current, version = found
+    return current if version == 1 or current == mount_point else current.parent
+
+
+def idle_group_path(proc_cgroup: Path = Path("/proc/self/cgroup"),
+                    mountinfo: Path = Path("/proc/self/mountinfo")) -> Path | None:
+    """Where the background processes started from this process have their idle group (made or not yet), or None
+    when the CPU controller is mounted nowhere this process can see."""
+    found = cpu_cgroup(_read(proc_cgroup), _read(mountinfo))
+    return None if found is None else _beside(found) / IDLE_GROUP
+
+
 def join_idle_group(proc_cgroup: Path = Path("/proc/self/cgroup"),
                     mountinfo: Path = Path("/proc/self/mountinfo")) -> Path | None:
     """Move this process into a group of its own inside the background's idle CPU cgroup, made beside the process's
@@ -121,8 +136,7 @@ def join_idle_group(proc_cgroup: Path = Path("/proc/self/cgroup"),
     mount_point, current, version = found
     if current.parent.name == IDLE_GROUP:
         return current  # started by a background process: it shares its parent's group, as it shared its session
-    # cgroup v2 lets only a leaf hold processes, so the group goes beside this process's own cgroup.
-    parent = current if version == 1 or current == mount_point else current.parent
+    parent = _beside(found)
     idle = parent / IDLE_GROUP
     group = idle / f"p{os.getpid()}"
     try:

@@ -272,3 +272,11 @@ def test_a_b3_recording_without_the_streams_cpu_renders_a_dash(results: dict[str
     assert "machine busy" in appendix
     assert "Who used it" not in appendix
     assert all("| – |" in line for line in appendix.splitlines() if line.startswith("| 1 |"))
+
+
+def test_the_header_says_whether_the_background_ran_in_the_idle_group():
+    nice = {"relay": 10, "web": 0}
+    assert "in an idle CPU group, a group of its own each (6 processes)" in report._priorities_text(nice, 6)
+    assert "no idle CPU group" in report._priorities_text(nice, None)
+    assert "where the host allowed it" in report._priorities_text(nice)  # a run from before it was recorded
+    assert report._priorities_text({"relay": 0}, 6) == "every process at normal priority"

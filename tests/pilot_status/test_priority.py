@@ -291,14 +291,12 @@ def test_a_host_that_refuses_the_group_leaves_the_process_at_its_nice(tmp_path, 
 
 def host_idle_group() -> Path | None:
     """The real idle group's folder when this host lets the tests make it (root and a writable CPU cgroup)."""
-    from pilot_status.priority import IDLE_GROUP, cpu_cgroup
+    from pilot_status.priority import idle_group_path
 
-    found = cpu_cgroup(Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text())
-    if found is None or os.geteuid() != 0 or not os.access(found[1], os.W_OK):
+    group = idle_group_path()
+    if group is None or os.geteuid() != 0 or not os.access(group.parent, os.W_OK):
         return None
-    mount_point, current, version = found
-    parent = current if version == 1 or current == mount_point else current.parent
-    return parent / IDLE_GROUP
+    return group
 
 
 # Prints the cgroup of the CPU controller this process is in (v1 line first, else the v2 one).
@@ -321,3 +319,14 @@ def test_a_background_process_runs_in_the_hosts_idle_group(nice, env, joins):
         own = group / done.stdout.strip().rsplit("/", 1)[1]
         assert own.name.startswith("p") and own.is_dir()  # a group of its own inside the idle one
         own.rmdir()  # its process has ended
+
+
+def test_the_idle_group_path_is_where_join_puts_it(tmp_path):
+    from pilot_status.priority import idle_group_path, join_idle_group
+
+    proc_cgroup, mountinfo = fake_v2_tree(tmp_path, idle_file=True)
+    assert idle_group_path(proc_cgroup, mountinfo) == tmp_path / "app.slice/pilot-status-background"
+    group = join_idle_group(proc_cgroup, mountinfo)
+    assert group is not None and group.parent == idle_group_path(proc_cgroup, mountinfo)
+    mountinfo.write_text("")
+    assert idle_group_path(proc_cgroup, mountinfo) is None
