@@ -445,12 +445,9 @@ def _priorities_text(priorities: dict[str, int] | None, idle_group: int | None |
     if not lowered:
         return "every process at normal priority"
     levels = sorted({priorities[name] for name in lowered})
-    if idle_group == "not recorded":  # runs before the idle group was recorded
-        group = "in an idle CPU group where the host allowed it"
-    elif idle_group:
-        group = f"in an idle CPU group, a group of its own each ({idle_group} processes)"
-    else:
-        group = "no idle CPU group (the host did not allow it, or BACKGROUND_IDLE_GROUP=0)"
+    group = ("in an idle CPU group where the host allowed it" if idle_group == "not recorded"  # older runs
+             else f"in an idle CPU group, a group of its own each ({idle_group} processes)" if idle_group
+             else "no idle CPU group (the host did not allow it, or BACKGROUND_IDLE_GROUP=0)")
     return (f"{', '.join(lowered)} at nice {'/'.join(map(str, levels))} (their sessions too), {group}; "
             "web, relay-otp, worker-otp, the simulator and the servers at normal priority")
 
