@@ -50,12 +50,12 @@ def background_processes() -> set[str]:
 def idle_group_processes() -> int | None:
     """How many background processes (with their children) run in the idle CPU group pilot_status.priority puts
     them in, or None when this host has no such group: the page says which way the priorities were measured."""
-    from pilot_status.priority import idle_group_path
+    from pilot_status.priority import idle_group_path, member_groups
 
     group = idle_group_path()
     if group is None or not group.is_dir():
         return None
-    return sum(1 for child in group.glob("p[0-9]*") if child.is_dir() and (child / "cgroup.procs").read_text().strip())
+    return sum(member_groups(group).values())
 
 
 def priorities(env: dict[str, str]) -> dict[str, int]:

@@ -140,8 +140,8 @@ def join_idle_group(proc_cgroup: Path = Path("/proc/self/cgroup"),
     idle = parent / IDLE_GROUP
     group = idle / f"p{os.getpid()}"
     try:
-        if version == 2 and "cpu" not in _read(parent / "cgroup.subtree_control").split():
-            (parent / "cgroup.subtree_control").write_text("+cpu")
+        if version == 2:
+            _enable_cpu_below(parent)
         idle.mkdir(exist_ok=True)
         if (idle / "cpu.idle").exists():
             (idle / "cpu.idle").write_text("1")
@@ -149,8 +149,8 @@ def join_idle_group(proc_cgroup: Path = Path("/proc/self/cgroup"),
             (idle / "cpu.shares").write_text("2")  # the lowest weight cgroup v1 takes
         else:
             (idle / "cpu.weight").write_text("1")
-        if version == 2 and "cpu" not in _read(idle / "cgroup.subtree_control").split():
-            (idle / "cgroup.subtree_control").write_text("+cpu")
+        if version == 2:
+            _enable_cpu_below(idle)
         _remove_empty_groups(idle)
         for attempt in range(3):
             group.mkdir(exist_ok=True)
@@ -167,11 +167,22 @@ def join_idle_group(proc_cgroup: Path = Path("/proc/self/cgroup"),
     return group
 
 
+def _enable_cpu_below(group: Path) -> None:
+    """cgroup v2: give the groups below this one the CPU controller, which their weights and cpu.idle need."""
+    if "cpu" not in _read(group / "cgroup.subtree_control").split():
+        (group / "cgroup.subtree_control").write_text("+cpu")
+
+
+def member_groups(idle: Path) -> dict[Path, bool]:
+    """Each background process's group inside the idle group, and whether a process still runs in it."""
+    return {child: bool(_read(child / "cgroup.procs").strip()) for child in idle.glob("p[0-9]*") if child.is_dir()}
+
+
 def _remove_empty_groups(idle: Path) -> None:
     """Remove the groups of background processes that have ended (the kernel refuses to remove one that still
     holds a process), so that restarts do not pile them up."""
-    for child in idle.glob("p[0-9]*"):
-        if child.is_dir() and not _read(child / "cgroup.procs").strip():
+    for child, running in member_groups(idle).items():
+        if not running:
             try:
                 child.rmdir()
             except OSError:
