@@ -186,8 +186,8 @@ def test_compose_and_the_bench_give_the_same_processes_the_background_weight():
     assert background_processes() == background
 
 
-# The idle CPU group (pilot_status.priority.join_idle_group): every background process in one cgroup that the
-# kernel runs only on cores nothing else wants.
+# The idle CPU group (pilot_status.priority.join_idle_group): every background process in a group of its own inside
+# one cgroup that the kernel runs only on cores nothing else wants.
 V1_CGROUP = "4:memory:/x\n1:cpu,cpuacct:/\n0::/\n"
 V1_MOUNTS = ("32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
              "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
