@@ -1,6 +1,6 @@
 # Pilot Status's image (issue 24): one image for every process (web, webhook, workers, beat, relays,
 # consumer); docker-compose.yml picks the command. Configuration comes only from the environment
-# (contract §7); nothing secret is baked in.
+# (README, "Set-up" and "Docker image"); nothing secret is baked in.
 #
 # Stages:
 #   builder    downloads every package of requirements/runtime.lock (and simulator.lock), checking each
@@ -10,16 +10,29 @@
 #              docs/, scripts/, no development tool (pytest, playwright, mypy...; requirements/dev.in),
 #              no simulator, no compiler, no pip cache. Static files are collected at build, and every
 #              process runs as the unprivileged user `app`.
-# Size: `docker image ls pilot-status` after `docker compose build` (README, "Docker image").
-# Needs BuildKit (`RUN --mount`), the builder of `docker build` and compose since Docker 23.
-FROM python:3.11-slim AS base
+# Size: README, "Docker image" (`make image` builds it and prints the size).
+# Build: `make image` (scripts/image.sh): docker where a daemon answers (BuildKit, the builder of `docker build`
+# and compose since Docker 23: `RUN --mount`), else buildah (`--isolation chroot --format docker`, so that the
+# HEALTHCHECK is kept).
+#
+# The base is a build argument: any Debian-based image with Python 3.11 or later and its venv module. The
+# default is python:3.11-slim from a registry; where no registry is reachable, scripts/image.sh makes one from
+# Debian's packages (mmdebstrap: python3, python3-venv, ca-certificates, netbase, tzdata; then `podman import`)
+# and builds with BASE_IMAGE=localhost/pilot-status-base:bookworm. The locks are universal, so either Python
+# installs the same pins. Every stage installs into the virtual environment /opt/venv (first on PATH), never
+# into the system's Python: Debian's refuses pip (PEP 668), and python:3.11-slim's keeps its own pip apart.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE} AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
 # The same uid in every stage: the `state` volume (/app/.state) is shared by the app and the simulator.
-RUN useradd --system --uid 10001 --home-dir /app app
+RUN useradd --system --uid 10001 --home-dir /app app \
+    && python3 -m venv /opt/venv
 WORKDIR /app
 
 
@@ -28,7 +41,12 @@ COPY requirements/runtime.lock requirements/simulator.lock /locks/
 # --require-hashes: a file whose hash is not in the lock, or a package the lock does not pin, stops the
 # build. Every runtime package ships wheels for this Python; one that did not would be built here, in
 # the builder only (add build-essential to this stage then).
-RUN pip wheel --require-hashes --wheel-dir /wheels/runtime -r /locks/runtime.lock \
+# The secret pip_cert (scripts/image.sh passes the host's PIP_CERT bundle when it has one: a network that
+# inspects TLS signs PyPI's certificates with its own authority) is mounted for this command only; no layer
+# and no later stage keeps it.
+RUN --mount=type=secret,id=pip_cert \
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi \
+    && pip wheel --require-hashes --wheel-dir /wheels/runtime -r /locks/runtime.lock \
     && pip wheel --require-hashes --wheel-dir /wheels/simulator -r /locks/simulator.lock
 
 
@@ -53,9 +71,11 @@ ENV DJANGO_SETTINGS_MODULE=pilot_status.settings \
     PORT=8000
 
 # The wheels come in through a bind mount, so no layer keeps them; --no-deps: the lock already names
-# every dependency, and the builder checked each file's hash.
+# every dependency, and the builder checked each file's hash. pip (and the setuptools of 3.11's venv) go
+# afterwards: the venv then holds exactly the runtime lock's packages (make image-check lists them).
 RUN --mount=type=bind,from=builder,source=/wheels/runtime,target=/wheels \
-    pip install --no-index --no-deps /wheels/*.whl
+    pip install --no-index --no-deps /wheels/*.whl \
+    && pip uninstall --yes --quiet pip setuptools
 
 # The product's code only (tests/pilot_status/test_image.py checks this list).
 COPY manage.py gunicorn.conf.py ./

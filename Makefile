@@ -4,8 +4,9 @@
 #                seed the demo project, then run the whole stack under honcho (Ctrl-C stops it;
 #                the services keep running until `make stop`)
 #   make test    the whole test suite against real services;  make test ARGS="-k foo -x"
+#   make test-fast  the tests that start no stack process and are not `slow`, for the edit-test loop
 #
-# Configuration (contract §7): recipes run through scripts/env.sh, where a non-empty value in
+# Configuration (README, "Set-up"): recipes run through scripts/env.sh, where a non-empty value in
 # the environment (or on make's command line) wins over .env, which wins over the defaults
 # written in scripts/env.sh. The defaults deliberately do not live here: a make default would
 # reach the recipes as an environment value and hide .env.
@@ -21,24 +22,38 @@ SERVICES := scripts/services.sh
 ENV := scripts/env.sh
 TEST_ENV := scripts/env.sh --test
 ARGS ?=
+# pytest-xdist workers for `make test` and `make test-fast`: one per core of the 2-core CI host
+# (docs/operations.md "Test suite").
+TEST_WORKERS ?= 2
 DEV_LOCK := requirements/dev.lock
 LOCK_ARGS ?=
-# No index or find-links lines in the locks (they name this machine's mirrors), and the header says `make lock`.
-PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
-	--strip-extras --no-emit-index-url --no-emit-find-links --no-emit-trusted-host
+# Universal locks (uv pip compile --universal): one lock for every Python from 3.11 on, each requirement kept
+# with its marker (redis's async-timeout below 3.11.3, ...), so the lock compiled here installs on Debian 12's
+# 3.11.2 and Debian 13's 3.13 alike (tests/pilot_status/test_lock_closure.py). uv reads no pip configuration
+# and the locks name no index (uv writes one only when asked), so no machine's mirror lands in them.
+# --system-certs: the platform's certificate store, as pip uses it (a TLS-inspecting proxy's authority).
+UV_COMPILE := $(VENV)/bin/uv pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+	--no-strip-markers --system-certs --custom-compile-command "make lock"
 
-.PHONY: lint help install system-deps services migrate run test bench chaos stop status browser-deps bench-deps lock
+.PHONY: lint help install system-deps services migrate run test test-fast bench bench-check chaos chaos-check stop \
+	status browser-deps bench-deps lock fresh-check image image-check api-docs settings-docs
 
 help:
 	@echo "make run           install, start services, migrate, seed the demo, run the stack (honcho)"
 	@echo "make test          run the test suite (ARGS=\"...\" for pytest)"
+	@echo "make test-fast     the tests that start no stack process and are not slow (the edit-test loop; ARGS too)"
+	@echo "make api-docs      regenerate docs/api.md (the API reference) from the OpenAPI schema"
+	@echo "make settings-docs regenerate docs/settings.md (every setting) from the settings' code"
 	@echo "make install       apt packages + .venv from requirements/dev.lock (pip only when the lock changed)"
 	@echo "make lock          re-pin requirements/*.lock after editing requirements.txt or requirements/*.in"
 	@echo "make services      start Postgres :55432, Redis :56379, RabbitMQ :56720 (loopback)"
 	@echo "make migrate       apply migrations"
-	@echo "make bench / chaos python -m bench / python -m chaos"
+	@echo "make bench / chaos the harness's own tests (bench-check / chaos-check), then python -m bench / chaos"
 	@echo "make status / stop services status / stop them (by PID)"
 	@echo "make browser-deps  install Debian's chromium (browser tests)"
+	@echo "make image         build the production image (docker, else buildah; IMAGE=, BASE_IMAGE=)"
+	@echo "make image-check   build it, then tests/image: its packages, user, health check, and a message through it"
+	@echo "make fresh-check   make test and make run in new minimal Debian 12 and 13 roots (FRESH_SUITES=...; long)"
 
 # --- installation ------------------------------------------------------------------------------
 
@@ -64,12 +79,11 @@ $(STAMP): $(DEV_LOCK) | $(VENV)/bin/python
 
 # Re-pins the locks from requirements.txt (runtime), requirements/simulator.in and requirements/dev.in,
 # in that order: each constrains the next, so a package has one version in all three. Pins already in a
-# lock are kept; LOCK_ARGS="--upgrade-package NAME" (or --upgrade) moves them. pip and setuptools are
-# pinned too (--allow-unsafe): pip-tools needs them, and --require-hashes refuses anything unpinned.
+# lock are kept; LOCK_ARGS="--upgrade-package NAME" (or --upgrade) moves them.
 lock: $(STAMP)
-	$(PIP_COMPILE) $(LOCK_ARGS) --output-file requirements/runtime.lock requirements.txt
-	$(PIP_COMPILE) $(LOCK_ARGS) --output-file requirements/simulator.lock requirements/simulator.in
-	$(PIP_COMPILE) $(LOCK_ARGS) --output-file $(DEV_LOCK) requirements/dev.in
+	$(UV_COMPILE) $(LOCK_ARGS) --output-file requirements/runtime.lock requirements.txt
+	$(UV_COMPILE) $(LOCK_ARGS) --output-file requirements/simulator.lock requirements/simulator.in
+	$(UV_COMPILE) $(LOCK_ARGS) --output-file $(DEV_LOCK) requirements/dev.in
 
 browser-deps:
 	@command -v chromium >/dev/null || $(SERVICES) apt-ensure chromium
@@ -107,20 +121,66 @@ run: migrate
 	rm -rf .state/prometheus  # the last run's histogram files (PROMETHEUS_MULTIPROC_DIR's default)
 	exec $(ENV) $(VENV)/bin/honcho start -e /dev/null -f .state/Procfile
 
-# Tests: Redis db 1, RabbitMQ vhost pilot_test (scripts/env.sh --test), and PG_FAST=1 —
-# synchronous_commit=off, fsync stays on — unless PG_FAST is set. PG_FAST is also exported to
+# Tests (scripts/test.sh): a parallel phase on TEST_WORKERS pytest-xdist workers, each with its own database,
+# Redis db, RabbitMQ vhost, logs and ports (tests/support/workers.py), then the `serial` tests (they really stop
+# a shared server) alone. scripts/env.sh --test: Redis db 1 and vhost pilot_test, which each worker shifts to
+# its own. PG_FAST=1 — synchronous_commit=off, fsync stays on — unless PG_FAST is set; it is also exported to
 # pytest so that a fault test restarting Postgres through scripts/services.sh keeps it.
 test: install browser-deps lint
 	PG_FAST=$${PG_FAST:-1} $(SERVICES) up
-	PG_FAST=$${PG_FAST:-1} $(TEST_ENV) $(VENV)/bin/pytest $(ARGS)
+	PG_FAST=$${PG_FAST:-1} TEST_WORKERS=$(TEST_WORKERS) $(TEST_ENV) scripts/test.sh $(ARGS)
+
+# The edit-test loop: every test that starts no stack process (web, relay, workers, simulator: pytest.ini's
+# `stack` marker), both phases as above; no lint and no browser install. `make test` runs them all.
+test-fast: install
+	PG_FAST=$${PG_FAST:-1} $(SERVICES) up
+	PG_FAST=$${PG_FAST:-1} TEST_WORKERS=$(TEST_WORKERS) $(TEST_ENV) scripts/test.sh -m "not stack and not slow" $(ARGS)
+
+# docs/api.md from the OpenAPI schema (tests/pilot_status/test_api_reference.py fails while it is out of date).
+api-docs: install
+	$(TEST_ENV) $(VENV)/bin/python manage.py api_reference
+
+settings-docs: install
+	$(TEST_ENV) $(VENV)/bin/python manage.py settings_reference
 
 # mypy --strict on the product and the simulator (mypy.ini); tests, bench and chaos are excluded.
 lint: install
 	$(TEST_ENV) $(VENV)/bin/mypy messaging ingestion pilot_status dashboard simulator callbacks
 
+# The harnesses' own tests (pytest.ini's `harness` marker): each runs its harness end to end at smoke sizes
+# and checks what it wrote, a few minutes each. `make bench` and `make chaos` run them first, so that a long
+# run starts only from a harness that works; `make test` leaves them out (docs/operations.md "Test suite").
+bench-check: install services
+	$(TEST_ENV) $(VENV)/bin/pytest -m harness tests/bench
+
+chaos-check: install services
+	$(TEST_ENV) $(VENV)/bin/pytest -m harness tests/chaos
+
 # Benchmarks run with the normal durability settings (`up` without PG_FAST restores them).
-bench: migrate bench-deps
+bench: migrate bench-deps bench-check
 	$(ENV) $(VENV)/bin/python -m bench $(ARGS)
 
-chaos: migrate
+chaos: migrate chaos-check
 	$(ENV) $(VENV)/bin/python -m chaos $(ARGS)
+
+# The README's promise on machines nobody prepared (not part of `make test`: it takes the better part of an hour
+# per suite): a new debootstrap --variant=minbase root per Debian suite, this checkout's HEAD cloned in, then
+# `make test` and `make run` inside it. Outcome and times: docs/operations.md.
+FRESH_SUITES ?= bookworm trixie
+fresh-check:
+	scripts/fresh-check.sh $(FRESH_SUITES)
+
+# The production image (Dockerfile): docker where a daemon answers, else buildah --isolation chroot; without a
+# reachable registry the base is made from Debian's packages (scripts/image.sh says how; README "Docker image").
+IMAGE ?= pilot-status:local
+image:
+	IMAGE=$(IMAGE) scripts/image.sh build
+
+# tests/image (left out of `make test`, which never builds an image): the built image's Python packages against
+# requirements/runtime.lock, its user, HEALTHCHECK and static files, and web, webhook, relay and a lane worker
+# run from it against this checkout's services, a message going accept -> SENT -> READ. Record: docs/operations.md.
+# Same services, settings and test database as `make test`.
+image-check: image install
+	PG_FAST=$${PG_FAST:-1} $(SERVICES) up
+	PILOT_STATUS_IMAGE=$(IMAGE) IMAGE_TOOL=$$(scripts/image.sh tool) PG_FAST=$${PG_FAST:-1} \
+		$(TEST_ENV) $(VENV)/bin/pytest tests/image $(ARGS)

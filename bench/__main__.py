@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .launcher import ROOT, BenchStack, StackConfig
-from .launcher import STARTED, idle_group_processes
+from .launcher import STARTED, launcher_description
 from .launcher import priorities as launcher_priorities
 from .sizes import resolve
 
@@ -75,6 +75,7 @@ def setup_django(database_url: str) -> None:
     os.environ["DATABASE_URL"] = database_url
     # B3 and B7 register an endpoint on loopback (bench.callbacks_on); the stack's processes get the same (launcher).
     os.environ["CALLBACKS_ALLOW_PRIVATE_ADDRESSES"] = "true"
+    os.environ["PILOT_TEST_STACK"] = "1"  # production mode refuses the line above elsewhere (pilot_status/production.py)
     import django
 
     django.setup()
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     try:
         stack.start()
-        results["stack"]["idle_group"] = idle_group_processes()
+        results["stack"]["launcher"] = launcher_description()
         ctx = Context(stack, Simulator(stack.simulator_url), world, sizes,
                       log=lambda line: print(line, flush=True))
         plan = {

@@ -55,8 +55,8 @@ VARIANTS = (
     Variant("remembered-routing", "remembered routing guards", {"ACCEPT_REMEMBER_ROUTING": "0"}),
     Variant("prepared", "prepared statements", {"DATABASE_PREPARED_STATEMENTS": "0"}),
     Variant("plain-validator", "second validator", {"SEND_PLAIN_VALIDATOR": "0"}),
-    Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),  # the nice and the idle group
-    Variant("idle-group", "idle CPU group (nice kept)", {"BACKGROUND_IDLE_GROUP": "0"}),
+    Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),  # the launcher's nice
+    Variant("slices", "systemd slices (nice kept)", {"LAUNCH_SLICES": "0"}),
     Variant("metrics-carry", "metrics carry", {"METRICS_FLUSH_SECONDS": "0"}),
     Variant("ack-batch", "batched consumer ACKs", {"CONSUMER_ACK_BATCH": "1"}),
     Variant("gateway-limit", "adaptive gateway limit", {"GATEWAY_ADAPTIVE_LIMIT": "0"}),
@@ -150,11 +150,12 @@ def rounds_order(variants: list[Variant], rounds: int) -> list[tuple[int, Varian
     return order
 
 
-PRODUCT_SOURCES = ("messaging", "ingestion", "pilot_status", "dashboard", "simulator", "bench/launcher.py", "Procfile")
+PRODUCT_SOURCES = ("messaging", "ingestion", "pilot_status", "dashboard", "simulator", "bench/launcher.py", "Procfile",
+                   "scripts/launch.sh")
 
 
 def read_by_product(name: str, root: Path = ROOT) -> bool:
-    """Whether any product source (or the launcher, which reads BACKGROUND_NICE) names the switch."""
+    """Whether any product source (or the launchers, which read BACKGROUND_NICE and LAUNCH_SLICES) names the switch."""
     pattern = re.compile(rf"\b{re.escape(name)}\b")
     for source in PRODUCT_SOURCES:
         path = root / source

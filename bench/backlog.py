@@ -17,7 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from messaging import rules
-from messaging.accept import SendRequest, check_funnel, notify_relay
+from messaging.accept import SendRequest, check_funnel
+from messaging.inserts import notify_relay
 from messaging.models import ApiKey, Category, EventKind, Message, MessageEvent, OutboxEntry, Priority
 
 BATCH = 2_000

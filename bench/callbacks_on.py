@@ -159,8 +159,10 @@ def callbacks_on(project: Any, receiver: Receiver, relay: bool = True, descripti
 
     from callbacks import endpoints
     from callbacks.models import EventType
+    from messaging.models import Environment
 
-    endpoint = endpoints.create(project, receiver.url, [EventType.MESSAGE_STATUS.value], description=description)
+    endpoint = endpoints.create(project, Environment.LIVE, receiver.url, [EventType.MESSAGE_STATUS.value],
+                                description=description)
     receiver.reset(endpoint.secret)
     ticker = RelayTicker(float(settings.CALLBACKS_RELAY_SECONDS)).start() if relay else None
     try:

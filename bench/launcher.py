@@ -8,8 +8,9 @@ the client API and the bare baseline view stay on the web pool.
 Each process gets its own session so it can be stopped (and only it) by its process group.
 Every command comes from the process topology (pilot_status/topology.py), as the Procfile's and compose's do;
 this module fills in only its ports, node names (`<queue>@bench`), Celery app (bench.celery_app), logs and
-environment. Priorities are the topology's: every background process runs here through pilot_status.priority, at
-BACKGROUND_NICE (default 10). BENCH_NICE=name=N,... sets chosen processes' priority instead, and
+environment. Priorities are the deployment's, as `make run` sets them: every process of ours starts through
+scripts/launch.sh (the Procfile's launcher), the background ones at BACKGROUND_NICE (default 10) and, where systemd
+lets it, in the bulk slice. BENCH_NICE=name=N,... sets chosen processes' nice instead, and
 BENCH_WORKER_ARGS_<LANE> adds Celery flags to one lane's worker (e.g. "--pool threads -c 4"): knobs to compare.
 """
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from pilot_status.lane_worker import LaneWorker
     from pilot_status.topology import Site
 
-# pilot_status (topology, lane_worker, priority) is imported inside the functions: importing it loads the
+# pilot_status (topology, lane_worker) is imported inside the functions: importing it loads the
 # Celery app, which reads Django's settings, and the bench process must choose its settings module
 # (bench.settings) before anything does.
 
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LANES = ("otp", "utility", "marketing")
 # Every process BenchStack.start starts.
 STARTED = ("simulator", "web", "webhook", "relay", "relay-otp", "consumer", *(f"worker-{lane}" for lane in LANES),
-           "worker-callbacks")
+           "worker-callbacks", "worker-callbacks-relay")
 
 
 def background_processes() -> set[str]:
@@ -47,20 +48,17 @@ def background_processes() -> set[str]:
     return topology.background_services()
 
 
-def idle_group_processes() -> int | None:
-    """How many background processes (with their children) run in the idle CPU group pilot_status.priority puts
-    them in, or None when this host has no such group: the page says which way the priorities were measured."""
-    from pilot_status.priority import idle_group_path, member_groups
-
-    group = idle_group_path()
-    if group is None or not group.is_dir():
-        return None
-    return sum(member_groups(group).values())
+def launcher_description() -> str:
+    """What the launcher does on this host (nice, and systemd slices or none): the page says how the priorities
+    were set."""
+    done = subprocess.run([str(ROOT / "scripts" / "launch.sh"), "--describe"], capture_output=True, text=True,
+                          check=True)
+    return done.stdout.strip()
 
 
 def priorities(env: dict[str, str]) -> dict[str, int]:
     """Each process's nice: the Procfile's background ones at BACKGROUND_NICE, then BENCH_NICE's overrides."""
-    from pilot_status.priority import DEFAULT_BACKGROUND_NICE
+    from pilot_status.topology import DEFAULT_BACKGROUND_NICE
 
     background = int(env.get("BACKGROUND_NICE") or DEFAULT_BACKGROUND_NICE)
     nice = {name: background for name in background_processes()}
@@ -218,6 +216,7 @@ class BenchStack:
                 "TYPING_DELAY_OTP_MS": "0",
                 # B3's callbacks go to a receiver in the bench process, on loopback (bench.callbacks_on).
                 "CALLBACKS_ALLOW_PRIVATE_ADDRESSES": "true",
+                "PILOT_TEST_STACK": "1",  # production mode refuses the line above elsewhere (pilot_status/production.py)
             }
         )
         env.update(config.extra_env)
@@ -241,11 +240,20 @@ class BenchStack:
             simulator_port=str(self.sim_port), simulator_args=tuple(simulator_args),
         )
 
-    def _process(self, name: str, kind: str, argv: list[str], ready_line: str | None = None) -> Process:
+    def _process(self, name: str, kind: str, argv: list[str], ready_line: str | None = None,
+                 launch_class: str | None = None) -> Process:
+        """A process started through the launcher as `make run` starts it: its class, at its nice (BENCH_NICE may
+        set one for any process, which then runs as background work)."""
         nice = priorities(dict(os.environ)).get(name, 0)
+        env = self.env
         if nice:
-            argv = [sys.executable, "-m", "pilot_status.priority", str(nice), *argv]
-        return Process(name, kind, argv, self.env, self.config.log_dir / f"{name}.log", ready_line)
+            launch_class = "bulk"
+            env = {**self.env, "BACKGROUND_NICE": str(nice)}
+        elif launch_class == "bulk":
+            env = {**self.env, "BACKGROUND_NICE": "0"}
+        if launch_class:
+            argv = [str(ROOT / "scripts" / "launch.sh"), launch_class, *argv]
+        return Process(name, kind, argv, env, self.config.log_dir / f"{name}.log", ready_line)
 
     def _described(self, name: str, kind: str, site: Site | None = None, extra: list[str] | None = None,
                    label: str | None = None) -> Process:
@@ -255,7 +263,7 @@ class BenchStack:
 
         described = topology.process(name)
         return self._process(label or name, kind, [*described.command(site or self.site()), *(extra or [])],
-                             described.ready)
+                             described.ready, described.launch_class)
 
     def simulator(self) -> Process:
         return self._described("simulator", "simulator")
@@ -286,9 +294,13 @@ class BenchStack:
         return self._described("consumer", "consumer")
 
     def callbacks_worker(self) -> Process:
-        """The `callbacks` queue's worker (the relay pass and the deliveries); no beat runs here, so the
-        relay pass is published by whoever turns callbacks on (bench.callbacks_on)."""
+        """The `callbacks` queue's worker (the deliveries); no beat runs here, so the relay pass is published
+        to worker-callbacks-relay by whoever turns callbacks on (bench.callbacks_on)."""
         return self._described("worker-callbacks", "callbacks")
+
+    def callbacks_relay_worker(self) -> Process:
+        """The `callbacks_relay` queue's worker: the relay pass, published here by bench.callbacks_on."""
+        return self._described("worker-callbacks-relay", "callbacks")
 
     def lane_worker(self, lane: str, pool: str | None = None) -> LaneWorker:
         """What a lane's worker runs with: the Procfile's (pilot_status.lane_worker), unless this run (or
@@ -312,9 +324,9 @@ class BenchStack:
             f"worker-{lane}", "worker",
             [*topology.lane_worker_command(settings, self.site()),
              *os.environ.get(f"BENCH_WORKER_ARGS_{lane.upper()}", "").split()],
-            topology.process(f"worker_{lane}").ready,
+            topology.process(f"worker_{lane}").ready, topology.process(f"worker_{lane}").launch_class,
         )
-        process.env = {**self.env, **(env or {}), **settings.env()}
+        process.env = {**process.env, **(env or {}), **settings.env()}
         return process
 
     def restart_lane_workers(self, pool: str | None = None, env: dict[str, str] | None = None) -> None:
@@ -336,6 +348,7 @@ class BenchStack:
         for lane in LANES:
             self.processes[f"worker-{lane}"] = self.worker(lane)
         self.processes["worker-callbacks"] = self.callbacks_worker()
+        self.processes["worker-callbacks-relay"] = self.callbacks_relay_worker()
         assert tuple(self.processes) == STARTED
         for name, process in self.processes.items():
             if name != "simulator":
@@ -353,7 +366,8 @@ class BenchStack:
     def start_process(self, name: str) -> None:
         factory = {"web": self.web, "webhook": self.webhook, "relay": self.relay, "relay-otp": self.relay_otp,
                    "consumer": self.consumer, "simulator": self.simulator,
-                   "worker-callbacks": self.callbacks_worker}.get(name)
+                   "worker-callbacks": self.callbacks_worker,
+                   "worker-callbacks-relay": self.callbacks_relay_worker}.get(name)
         process = (factory or (lambda: self.worker(name.split("-", 1)[1])))().start()
         self.processes[name] = process
         assert process.proc is not None

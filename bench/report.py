@@ -32,8 +32,8 @@ WHY: dict[str, tuple[tuple[str, str], ...]] = {
     "B2": (("Prepared statements", "a send's claim and result are prepared statements"),
            ("Metrics carry", "no Redis round trip per status counter"),
            ("Relay design", "a relay pass releases in one statement and commits once RabbitMQ confirmed its tasks")),
-    "B3": (("Process priorities", "every process but web, relay_otp and worker_otp runs at `BACKGROUND_NICE`, its "
-            "session too, and in an idle CPU group where the host allows"),
+    "B3": (("Process priorities", "`make run`'s launcher (scripts/launch.sh) starts every process but web, relay_otp "
+            "and worker_otp at `BACKGROUND_NICE`, its session too, and in the bulk slice where systemd allows"),
            ("Relay design", "the OTP lane has a relay of its own")),
     "B4": (("The send slot", "the lane worker takes the instance's send slot right before it calls Evolution, so "
             "the cap holds at Evolution, not only at the relay"),),
@@ -438,17 +438,26 @@ def _lane_pool_text(stack: dict[str, Any]) -> str:
     return f"prefork -c {concurrency}"
 
 
-def _priorities_text(priorities: dict[str, int] | None, idle_group: int | None | str = "not recorded") -> str:
+def _priorities_text(priorities: dict[str, int] | None, launcher: str | None = None,
+                     idle_group: int | None | str = "not recorded") -> str:
+    """How the run set the priorities: `launcher`, what scripts/launch.sh said it does on the host; runs from before
+    it (no `launcher`) went through pilot_status.priority, with or without its idle CPU group (`idle_group`)."""
     if priorities is None:
         return "not recorded"
     lowered = sorted(name for name, nice in priorities.items() if nice)
     if not lowered:
         return "every process at normal priority"
     levels = sorted({priorities[name] for name in lowered})
-    group = ("in an idle CPU group where the host allowed it" if idle_group == "not recorded"  # older runs
-             else f"in an idle CPU group, a group of its own each ({idle_group} processes)" if idle_group
-             else "no idle CPU group (the host did not allow it, or BACKGROUND_IDLE_GROUP=0)")
-    return (f"{', '.join(lowered)} at nice {'/'.join(map(str, levels))} (their sessions too), {group}; "
+    if launcher is not None:
+        how = f"scripts/launch.sh: {launcher}"
+    else:
+        how = "their sessions too), " + (
+            "in an idle CPU group where the host allowed it" if idle_group == "not recorded"
+            else f"in an idle CPU group, a group of its own each ({idle_group} processes)" if idle_group
+            else "no idle CPU group")
+        return (f"{', '.join(lowered)} at nice {'/'.join(map(str, levels))} ({how}; "
+                "web, relay-otp, worker-otp, the simulator and the servers at normal priority")
+    return (f"{', '.join(lowered)} at nice {'/'.join(map(str, levels))} ({how}); "
             "web, relay-otp, worker-otp, the simulator and the servers at normal priority")
 
 
@@ -467,8 +476,8 @@ def header(results: dict[str, Any]) -> list[str]:
         f"- Date: {m['date']}; measured at commit `{m['commit']}`{' (with uncommitted changes)' if m.get('dirty') else ''}",
         f"- Stack: gunicorn for the client API ({web}) and for Evolution's webhooks "
         f"({stack.get('webhook_args') or 'as in the Procfile'}); one Celery worker per lane ({_lane_pool_text(stack)}); "
-        "relay, relay-otp, RabbitMQ consumer, the callbacks worker, Postgres, Redis, RabbitMQ, the Evolution simulator. Priorities as in "
-        f"the Procfile: {_priorities_text(stack.get('priorities'), stack.get('idle_group', 'not recorded'))}.",
+        "relay, relay-otp, RabbitMQ consumer, the callbacks workers (deliveries, relay pass), Postgres, Redis, RabbitMQ, the Evolution simulator. Priorities as in "
+        f"the Procfile: {_priorities_text(stack.get('priorities'), stack.get('launcher'), stack.get('idle_group', 'not recorded'))}.",
         f"- Load average before / after: {m['load_before']} / {m.get('load_after')}; total run "
         f"{num(results.get('elapsed_s'))} s",
         f"- Runs per figure: {sizes['runs']} (B1: {sizes.get('b1_runs', sizes['runs'])}, "

@@ -16,7 +16,7 @@ def _row_b7(b7: dict[str, Any]) -> list[str]:
             f"delivery: callbacks worker {num(per.get('callbacks'), 2)} ms, machine {num(per.get('machine'), 2)} ms; "
             f"all delivered, signatures OK: {'yes' if b7['all_delivered'] else 'NO'} "
             f"| trivial tasks {spread(b7['baseline_tasks_per_s'])} /s | {num(b7['ratio'], 2)}× "
-            "| none stated (issue 23, spec) | report only |"]
+            "| none stated (issue 23) | report only |"]
 
 
 def gateway_priority(result: dict[str, Any], scenario: str, starved: str, otherwise: str = "") -> str:

@@ -1,7 +1,8 @@
 """The dashboard's webhooks page: a member sees the project's endpoints (a disabled one says why and
 since when), their recent deliveries with every attempt, and replays one delivery or every failed one
-since a time. Membership is the permission (another project's page is 404); actions are POST-only and
-call callbacks.endpoints, as the API does."""
+since a time. Membership is the permission (another project's page is 404); the page shows the dashboard
+mode's environment only (dashboard.environments: the other environment's endpoints and deliveries are 404);
+actions are POST-only and call callbacks.endpoints, as the API does."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_POST
 
+from dashboard import environments
+from dashboard.environments import shown_mode_only
 from messaging.errors import Rejected
 from messaging.models import Project
 
@@ -34,8 +37,9 @@ def _project(request: HttpRequest, project_id: int) -> Project:
 @require_GET
 def webhooks(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
+    environment = environments.current(request)
     rows = []
-    for endpoint in endpoints.for_project(project).order_by("created_at", "pk"):
+    for endpoint in endpoints.for_scope(project, environment).order_by("created_at", "pk"):
         deliveries = list(Delivery.objects.filter(endpoint=endpoint).order_by("-created_at", "-pk")[:DELIVERIES_SHOWN])
         attempts: dict[object, list[DeliveryAttempt]] = {d.pk: [] for d in deliveries}
         for attempt in DeliveryAttempt.objects.filter(delivery__in=[d.pk for d in deliveries]).order_by("-attempted_at", "-pk")[
@@ -54,15 +58,18 @@ def webhooks(request: HttpRequest, project_id: int) -> HttpResponse:
     since = (timezone.now() - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
     return render(
         request, "callbacks/webhooks.html",
-        {"project": project, "projects": projects, "section": "webhooks", "rows": rows, "since": since},
+        {"project": project, "projects": projects, "section": "webhooks", "rows": rows, "since": since,
+         "environment": environment},
     )
 
 
 @login_required
 @require_POST
+@shown_mode_only
 def replay_one(request: HttpRequest, project_id: int, delivery_id: str) -> HttpResponse:
     project = _project(request, project_id)
-    delivery = get_object_or_404(Delivery.objects.select_related("endpoint"), pk=delivery_id, endpoint__project=project)
+    scoped = endpoints.deliveries_for_scope(project, environments.current(request))
+    delivery = get_object_or_404(scoped.select_related("endpoint"), pk=delivery_id)
     try:
         endpoints.replay(delivery)
     except Rejected as refused:
@@ -74,9 +81,10 @@ def replay_one(request: HttpRequest, project_id: int, delivery_id: str) -> HttpR
 
 @login_required
 @require_POST
+@shown_mode_only
 def replay_failed(request: HttpRequest, project_id: int, endpoint_id: str) -> HttpResponse:
     project = _project(request, project_id)
-    endpoint = get_object_or_404(endpoints.for_project(project), pk=endpoint_id)
+    endpoint = get_object_or_404(endpoints.for_scope(project, environments.current(request)), pk=endpoint_id)
     raw = request.POST.get("since", "")[:40]
     since = parse_datetime(raw) if raw else None
     if since is None:

@@ -5,15 +5,18 @@ and a lease (`next_attempt_at` moves CALLBACKS_RELEASE_LEASE_SECONDS ahead) and 
 `callbacks` queue after commit. A task that is lost leaves its delivery due again after the lease.
 
 attempt: the task claims the delivery with its token (a duplicate task finds another token and does
-nothing), asks the endpoint's circuit, checks the URL's addresses again (DNS can change), signs, posts
-to the checked address and records the attempt, the delivery's next step and the endpoint's circuit
-in one transaction. Every attempt, refused ones too, leaves a DeliveryAttempt row.
+nothing), asks the endpoint's circuit, takes a slot of its endpoint and its project (callbacks.inflight:
+when either is full the delivery is held CALLBACKS_INFLIGHT_WAIT_SECONDS without using an attempt),
+checks the URL's addresses again (DNS can change), signs, posts to the checked address within
+CALLBACKS_ATTEMPT_SECONDS in all (callbacks.http) and records the attempt, the delivery's next step and the
+endpoint's circuit in one transaction. Every attempt, refused ones too, leaves a DeliveryAttempt row.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,7 +28,7 @@ from django.utils import timezone
 
 from pilot_status import metrics
 
-from . import addresses, http, signing
+from . import addresses, http, inflight, signing
 from .models import Circuit, Delivery, DeliveryAttempt, DeliveryStatus, WebhookEndpoint
 
 log = logging.getLogger(__name__)
@@ -65,11 +68,16 @@ def release_due(publish: Any) -> int:
 
 @dataclass(frozen=True)
 class Outcome:
-    done: str  # claimed_elsewhere | gone | endpoint_disabled | held | succeeded | retry | failed
+    done: str  # claimed_elsewhere | gone | endpoint_disabled | held | busy | succeeded | retry | failed
+
+
+def attempt_lease_seconds() -> float:
+    """How long a claim lasts: longer than any attempt can take (its lookup and its deadline)."""
+    return settings.CALLBACKS_RESOLVE_SECONDS + settings.CALLBACKS_ATTEMPT_SECONDS + 60
 
 
 def _claim(delivery_id: str, token: str) -> Delivery | None:
-    lease = settings.CALLBACKS_CONNECT_TIMEOUT_SECONDS + settings.CALLBACKS_TIMEOUT_SECONDS + 60
+    lease = attempt_lease_seconds()
     mine = uuid.uuid4()
     now = timezone.now()
     claimed = Delivery.objects.filter(pk=delivery_id, claim_token=token, status=DeliveryStatus.PENDING).update(
@@ -117,7 +125,21 @@ def attempt(delivery_id: str, token: str) -> Outcome:
     if wait is not None:
         _hold(delivery, wait)
         return Outcome("held")
+    slot = inflight.take(str(endpoint.pk), str(endpoint.project_id))
+    if isinstance(slot, str):
+        # The endpoint's or the project's attempts in flight are at their cap: this thread goes on to
+        # other tenants' deliveries, and this one is due again in a moment, its attempts untouched.
+        _hold(delivery, now + timedelta(seconds=settings.CALLBACKS_INFLIGHT_WAIT_SECONDS))
+        metrics.incr(f"{metrics.PREFIX}callbacks:busy:{slot}")
+        return Outcome("busy")
+    try:
+        return _attempt(delivery, endpoint, now)
+    finally:
+        inflight.give_back(slot)
 
+
+def _attempt(delivery: Delivery, endpoint: WebhookEndpoint, now: datetime) -> Outcome:
+    deadline = time.monotonic() + settings.CALLBACKS_ATTEMPT_SECONDS
     body = body_of(delivery)
     headers = {
         "content-type": "application/json",
@@ -125,11 +147,11 @@ def attempt(delivery_id: str, token: str) -> Outcome:
         **signing.headers(endpoint.secret, delivery.webhook_id, now, body),
     }
     try:
-        target = addresses.check(delivery.url or endpoint.url)
+        target = addresses.check(delivery.url or endpoint.url, owner=str(endpoint.project_id))
     except addresses.Refused as refused:
         answer = http.Answer(None, "", 0, f"{refused.code}: {refused.message}"[:300], "")
     else:
-        answer = http.post(target, body.encode(), headers)
+        answer = http.post(target, body.encode(), headers, deadline)
     return _record(delivery, endpoint, now, headers, answer)
 
 

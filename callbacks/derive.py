@@ -1,9 +1,15 @@
 """The relay pass's first half: deliveries written from rows that are already durable.
 
-A status change is committed with its timeline line (messaging.writes.compare_and_set: one
-statement), an inbound message with its inbox row, a revocation with its opt-in row. Deliveries are
+A status change is committed with its timeline line (messaging.lifecycle's moves; one
+statement on the hot path), an inbound message with its inbox row, a revocation with its opt-in row, a send
+WhatsApp never acknowledged with its message's `unacknowledged_at` (messaging.unacknowledged). Deliveries are
 derived from those rows afterwards, so the hot paths (accept, compare-and-set) write nothing more
 than they did (bench B3), and a change that committed has its line: nothing is lost between the two.
+
+Environments (the sandbox rule, docs/security.md): an endpoint receives the events of its own environment
+only. A status change is its message's environment's; an inbound message is a TEST event when its sender is
+the project's test number (either form of a Brazilian ninth digit), else a LIVE one; a revocation is its
+consent's environment's (a recipient's opt-out keyword ends their consent in both, so each gets its own).
 
 Safe to run twice: one delivery per (endpoint, source row) (`one_delivery_per_source`, ON CONFLICT DO
 NOTHING), and the cursor only says where reading may start.
@@ -43,10 +49,12 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any, Callable, Iterable
 
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from messaging.models import STATUS_LINE_KINDS, EventKind, Status
+from messaging.models import STATUS_LINE_KINDS, Environment, EventKind, Status
+from messaging.opt_outs import phone_variants
 
 from .models import Delivery, EventType, RelayCursor, WebhookEndpoint
 
@@ -66,6 +74,7 @@ class Derived:
     status: int = 0
     inbound: int = 0
     opt_outs: int = 0
+    unacknowledged: int = 0
 
 
 def run(budget_seconds: float = 2.0) -> Derived:
@@ -99,6 +108,10 @@ def _run(done: Derived, budget_seconds: float) -> Derived:
         done.opt_outs = _opt_outs(deadline)
     else:
         _skip_opt_ins_to_end()
+    if EventType.MESSAGE_UNACKNOWLEDGED in wanted:
+        done.unacknowledged = _unacknowledged()
+    else:
+        _skip_to("unacknowledged", _micros(timezone.now() - SKEW))
     return done
 
 
@@ -234,7 +247,8 @@ def _sql_list(values: Iterable[str]) -> str:
 # line: a million rows for one batch over 2,000 messages (0.5 s), at that rate about 10 minutes for
 # the pass through B3's 50,000-message backlog (tests/callbacks/test_derive_plans.py).
 _STATUS_READ = f"""
-    SELECT l.id, l.kind, m.id, m.project_id, m."to", m.metadata, l.detail, l.created_at, m.callback_url
+    SELECT l.id, l.kind, m.id, m.project_id, m."to", m.metadata, l.detail, l.created_at, m.callback_url,
+           m.environment
     FROM (
         SELECT e.id, e.kind, e.message_id, e.detail, e.created_at
         FROM messaging_messageevent e
@@ -243,7 +257,7 @@ _STATUS_READ = f"""
         LIMIT %(batch)s
     ) l
     CROSS JOIN LATERAL (
-        SELECT m.id, m.project_id, m."to", m.metadata, m.callback_url
+        SELECT m.id, m.project_id, m."to", m.metadata, m.callback_url, m.environment
         FROM messaging_message m
         WHERE m.id = l.message_id
         LIMIT 1
@@ -285,12 +299,15 @@ def status_payload(event_id: int, kind: str, message_id: Any, to: str, metadata:
     }
 
 
-def _endpoints_by_project(project_ids: Iterable[int], event_type: str) -> dict[int, list[WebhookEndpoint]]:
-    found: dict[int, list[WebhookEndpoint]] = {}
+Scope = tuple[int, str]  # (project id, environment): whose endpoints an event goes to
+
+
+def _endpoints_by_scope(project_ids: Iterable[int], event_type: str) -> dict[Scope, list[WebhookEndpoint]]:
+    found: dict[Scope, list[WebhookEndpoint]] = {}
     for endpoint in WebhookEndpoint.objects.filter(
         project_id__in=set(project_ids), enabled=True, per_message=False, event_types__contains=[event_type]
-    ).only("id", "project_id"):
-        found.setdefault(endpoint.project_id, []).append(endpoint)
+    ).only("id", "project_id", "environment"):
+        found.setdefault((endpoint.project_id, endpoint.environment), []).append(endpoint)
     return found
 
 
@@ -302,23 +319,25 @@ def _insert(deliveries: list[Delivery]) -> int:
     return len(deliveries)
 
 
-def per_message_endpoint(project_id: int) -> WebhookEndpoint:
-    """The project's endpoint for sends with a callbackUrl (made on first need; one per project)."""
+def per_message_endpoint(project_id: int, environment: str) -> WebhookEndpoint:
+    """The project's endpoint for sends with a callbackUrl (made on first need; one per project and
+    environment)."""
     endpoint, _ = WebhookEndpoint.objects.get_or_create(
-        project_id=project_id, per_message=True,
+        project_id=project_id, environment=environment, per_message=True,
         defaults={"url": "", "event_types": [EventType.MESSAGE_STATUS], "description": "Sends with a callbackUrl"},
     )
     return endpoint
 
 
 def _status_deliveries(rows: list[tuple[Any, ...]]) -> int:
-    endpoints = _endpoints_by_project((row[3] for row in rows), EventType.MESSAGE_STATUS)
-    own: dict[int, WebhookEndpoint] = {}
+    endpoints = _endpoints_by_scope((row[3] for row in rows), EventType.MESSAGE_STATUS)
+    own: dict[Scope, WebhookEndpoint] = {}
     deliveries = []
     now = timezone.now()
-    for event_id, kind, message_id, project_id, to, metadata, detail, at, callback_url in rows:
+    for event_id, kind, message_id, project_id, to, metadata, detail, at, callback_url, environment in rows:
         payload = status_payload(event_id, kind, message_id, to, _json(metadata), _json(detail) or {}, at)
-        for endpoint in endpoints.get(project_id, ()):
+        scope = (project_id, environment)
+        for endpoint in endpoints.get(scope, ()):
             deliveries.append(
                 Delivery(
                     endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_STATUS, source=f"event:{event_id}",
@@ -326,7 +345,7 @@ def _status_deliveries(rows: list[tuple[Any, ...]]) -> int:
                 )
             )
         if callback_url:
-            endpoint = own.get(project_id) or own.setdefault(project_id, per_message_endpoint(project_id))
+            endpoint = own.get(scope) or own.setdefault(scope, per_message_endpoint(project_id, environment))
             if endpoint.enabled:
                 deliveries.append(
                     Delivery(
@@ -345,8 +364,9 @@ INBOUND_EVENT = "messages.upsert"
 _INBOUND_READ = f"""
     SELECT e.id, e.event, i.project_id, e.instance_name, e.key_id,
            CASE WHEN i.project_id IS NOT NULL THEN e.payload END,
-           coalesce(e.occurred_at, e.received_at)
+           coalesce(e.occurred_at, e.received_at), p.test_number
     FROM evolution_ingestion_events e LEFT JOIN messaging_instance i ON i.name = e.instance_name
+         LEFT JOIN messaging_project p ON p.id = i.project_id
     WHERE e.event = {_sql_list([INBOUND_EVENT])} AND e.id > %(after)s AND e.id <> ALL(%(seen)s::bigint[])
     ORDER BY e.id
     LIMIT %(batch)s
@@ -366,7 +386,7 @@ def _inbound_rows(after: int, seen: list[int]) -> Read:
         data = payload.get("data") if isinstance(payload, dict) else None
         key = data.get("key") if isinstance(data, dict) else None
         if isinstance(key, dict) and key.get("fromMe") is False:
-            inbound.append((*row[:5], payload, row[6]))
+            inbound.append((*row[:5], payload, row[6], row[7]))
     return Read(inbound, ids, ids[-1] if ids else None, len(ids) == BATCH)
 
 
@@ -392,16 +412,26 @@ def inbound_payload(instance: str, key_id: str, data: dict[str, Any], at: dateti
     }
 
 
+def inbound_environment(sender: str | None, test_number: str) -> str:
+    """An inbound message is the TEST world's when it comes from the project's test number (the developer's
+    own phone, which TEST sends go to), else the LIVE world's."""
+    if sender and test_number and test_number in phone_variants(sender):
+        return Environment.TEST
+    return Environment.LIVE
+
+
 def _inbound_deliveries(rows: list[tuple[Any, ...]]) -> int:
-    endpoints = _endpoints_by_project((row[2] for row in rows), EventType.MESSAGE_INBOUND)
+    endpoints = _endpoints_by_scope((row[2] for row in rows), EventType.MESSAGE_INBOUND)
     deliveries = []
     now = timezone.now()
-    for inbox_id, _event, project_id, instance, key_id, payload, at in rows:
-        for endpoint in endpoints.get(project_id, ()):
+    for inbox_id, _event, project_id, instance, key_id, payload, at, test_number in rows:
+        body = inbound_payload(instance, key_id, payload["data"], at)
+        scope = (project_id, inbound_environment(body["data"]["from"], test_number))
+        for endpoint in endpoints.get(scope, ()):
             deliveries.append(
                 Delivery(
                     endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_INBOUND, source=f"inbox:{inbox_id}",
-                    payload=inbound_payload(instance, key_id, payload["data"], at), next_attempt_at=now, created_at=now,
+                    payload=body, next_attempt_at=now, created_at=now,
                 )
             )
     return _insert(deliveries)
@@ -423,7 +453,7 @@ def _from_micros(value: int) -> datetime:
 # without statistics (a TRUNCATE, then a bulk insert) that the range is narrow: with `>=` alone it
 # guessed a third of the table and read all of it.
 _OPT_OUT_READ = """
-    SELECT id, project_id, phone, revoked_at, revoked_by FROM messaging_optin
+    SELECT id, project_id, phone, revoked_at, revoked_by, environment FROM messaging_optin
     WHERE revoked_at IS NOT NULL AND revoked_at >= %(since)s AND revoked_at <= %(until)s
     ORDER BY revoked_at
     LIMIT %(batch)s
@@ -445,11 +475,11 @@ def _opt_out_rows(after: int, seen: list[int]) -> Read:
 
 
 def _opt_out_deliveries(rows: Rows) -> int:
-    endpoints = _endpoints_by_project((row[1] for row in rows), EventType.OPT_IN_REVOKED)
+    endpoints = _endpoints_by_scope((row[1] for row in rows), EventType.OPT_IN_REVOKED)
     deliveries = []
     now = timezone.now()
-    for opt_in_id, project_id, phone, revoked_at, revoked_by in rows:
-        for endpoint in endpoints.get(project_id, ()):
+    for opt_in_id, project_id, phone, revoked_at, revoked_by, environment in rows:
+        for endpoint in endpoints.get((project_id, environment), ()):
             deliveries.append(
                 Delivery(
                     endpoint_id=endpoint.pk, event_type=EventType.OPT_IN_REVOKED, source=f"optin:{opt_in_id}",
@@ -467,3 +497,71 @@ def _opt_out_deliveries(rows: Rows) -> int:
 def _opt_outs(deadline: float) -> int:
     # Revocations are rare: one step per pass (the window SKEW behind is read again each time).
     return _step(_cursor("opt_ins"), _opt_out_rows, _opt_out_deliveries, set())[1]
+
+
+# --- message.unacknowledged -----------------------------------------------------------------------
+
+# A flag is an update of the message (messaging.unacknowledged), so its cursor is a time, as the opt-ins' is
+# (`unacknowledged_at`, SKEW behind). Through the partial index msg_unacknowledged (its condition written as the
+# index's own): a message a receipt reached before this read has left it, and its flag owes nothing any more.
+_UNACKNOWLEDGED_READ = f"""
+    SELECT m.id, m.project_id, m.environment, m."to", m.metadata, m.sent_at, m.unacknowledged_at, i.name
+    FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
+    WHERE m.status = {_sql_list([Status.SENT])} AND m.unacknowledged_at IS NOT NULL
+      AND m.unacknowledged_at >= %(since)s AND m.unacknowledged_at <= %(until)s
+    ORDER BY m.unacknowledged_at
+    LIMIT %(batch)s
+"""
+
+
+def _unacknowledged_rows(after: int, seen: list[int]) -> Read:
+    since = _from_micros(after) if after else timezone.now() - SKEW
+    read_at = timezone.now()
+    with connection.cursor() as db:
+        db.execute(_UNACKNOWLEDGED_READ, {"since": since, "until": read_at, "batch": BATCH})
+        rows = db.fetchall()
+    upto = read_at - SKEW
+    if len(rows) == BATCH:
+        upto = min(upto, rows[-1][6])
+    return Read(rows, [], _micros(upto), len(rows) == BATCH)
+
+
+def unacknowledged_payload(message_id: Any, to: str, metadata: Any, sent_at: datetime, at: datetime,
+                           instance: str, timeout_seconds: int) -> dict[str, Any]:
+    return {
+        "type": EventType.MESSAGE_UNACKNOWLEDGED.value,
+        "timestamp": at.isoformat(),
+        "data": {
+            "messageId": str(message_id),
+            "status": Status.SENT.value,
+            "sentAt": sent_at.isoformat(),
+            "unacknowledgedAt": at.isoformat(),
+            "ackTimeoutSeconds": timeout_seconds,
+            "instance": instance,
+            "to": to,
+            "metadata": metadata or {},
+        },
+    }
+
+
+def _unacknowledged_deliveries(rows: Rows) -> int:
+    endpoints = _endpoints_by_scope((row[1] for row in rows), EventType.MESSAGE_UNACKNOWLEDGED)
+    deliveries = []
+    now = timezone.now()
+    for message_id, project_id, environment, to, metadata, sent_at, at, instance in rows:
+        payload = unacknowledged_payload(message_id, to, _json(metadata), sent_at, at, instance,
+                                         settings.ACK_TIMEOUT_SECONDS)
+        for endpoint in endpoints.get((project_id, environment), ()):
+            deliveries.append(
+                Delivery(
+                    endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_UNACKNOWLEDGED,
+                    source=f"unacknowledged:{message_id}", message_id=message_id, payload=payload,
+                    next_attempt_at=now, created_at=now,
+                )
+            )
+    return _insert(deliveries)
+
+
+def _unacknowledged() -> int:
+    # Rare, as revocations are: one step per pass.
+    return _step(_cursor("unacknowledged"), _unacknowledged_rows, _unacknowledged_deliveries, set())[1]

@@ -1,10 +1,14 @@
 """A project's webhook endpoints and its replays: the one way in for the API and the dashboard.
 
-Every refusal is a messaging.errors.Rejected (the API's error envelope) and changes nothing.
+An endpoint belongs to one environment, the key's that made it (the dashboard's mode): only that
+environment's keys see it, and it receives only that environment's events (the sandbox rule,
+docs/security.md). Every refusal is a messaging.errors.Rejected (the API's error envelope) and changes
+nothing.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +17,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from messaging.api.throttling import take_token
 from messaging.errors import Rejected
 from messaging.models import Project
 
@@ -20,31 +25,53 @@ from . import addresses
 from .models import Circuit, Delivery, DeliveryStatus, WebhookEndpoint, new_secret
 
 
-def for_project(project: Project) -> QuerySet[WebhookEndpoint]:
-    return WebhookEndpoint.objects.filter(project=project)
+def for_scope(project: Project, environment: str) -> QuerySet[WebhookEndpoint]:
+    return WebhookEndpoint.objects.filter(project=project, environment=environment)
 
 
-def check_url(url: str) -> None:
-    """Refuse a URL that may not be called (length, shape, addresses), as the API's 422."""
+def deliveries_for_scope(project: Project, environment: str) -> QuerySet[Delivery]:
+    return Delivery.objects.filter(endpoint__project=project, endpoint__environment=environment)
+
+
+def check_url(url: str, project_id: Any) -> None:
+    """Refuse a URL that may not be called (length, shape, port, addresses), as the API's 422: an
+    endpoint's at registration, a send's callbackUrl at accept. With CALLBACKS_ALLOW_PRIVATE_ADDRESSES
+    (development, the test stacks) only its shape: each attempt resolves it anyway."""
     if len(url) > settings.CALLBACKS_MAX_URL_LENGTH:
         raise Rejected(400, "invalid_request", "The URL is too long.", {"maxLength": settings.CALLBACKS_MAX_URL_LENGTH})
     try:
-        addresses.check(url)
+        if settings.CALLBACKS_ALLOW_PRIVATE_ADDRESSES:
+            addresses.parse(url)
+        else:
+            addresses.check(url, owner=str(project_id))
     except addresses.Refused as refused:
-        raise Rejected(422, refused.code, refused.message, {"url": url}) from refused
+        raise Rejected(422, refused.code, refused.message, {"url": url, **refused.details}) from refused
 
 
-def create(project: Project, url: str, event_types: list[str], description: str = "") -> WebhookEndpoint:
-    check_url(url)
+def create(
+    project: Project, environment: str, url: str, event_types: list[str], description: str = ""
+) -> WebhookEndpoint:
+    # Counted before the host is looked up (a full project asks no name server), and again under the lock.
+    _refuse_when_full(project, environment)
+    check_url(url, project.pk)
     with transaction.atomic():
         # The project's row is the lock: two creations at once cannot both pass the count.
         Project.objects.select_for_update().filter(pk=project.pk).first()
-        if for_project(project).filter(per_message=False).count() >= settings.CALLBACKS_MAX_ENDPOINTS_PER_PROJECT:
-            raise Rejected(
-                409, "too_many_endpoints", "This project has as many webhook endpoints as it may have.",
-                {"limit": settings.CALLBACKS_MAX_ENDPOINTS_PER_PROJECT},
-            )
-        return WebhookEndpoint.objects.create(project=project, url=url, event_types=sorted(set(event_types)), description=description)
+        _refuse_when_full(project, environment)
+        return WebhookEndpoint.objects.create(
+            project=project, environment=environment, url=url, event_types=sorted(set(event_types)),
+            description=description,
+        )
+
+
+def _refuse_when_full(project: Project, environment: str) -> None:
+    # Counted per environment: a project's TEST endpoints never use up its LIVE world's room.
+    registered = for_scope(project, environment).filter(per_message=False).count()
+    if registered >= settings.CALLBACKS_MAX_ENDPOINTS_PER_PROJECT:
+        raise Rejected(
+            409, "too_many_endpoints", "This project has as many webhook endpoints as it may have.",
+            {"limit": settings.CALLBACKS_MAX_ENDPOINTS_PER_PROJECT},
+        )
 
 
 def update(endpoint: WebhookEndpoint, changes: dict[str, Any]) -> WebhookEndpoint:
@@ -57,7 +84,7 @@ def update(endpoint: WebhookEndpoint, changes: dict[str, Any]) -> WebhookEndpoin
             {"fields": {name: ["Fixed for the per-message endpoint."] for name in sorted({"url", "eventTypes"} & set(changes))}},
         )
     if "url" in changes:
-        check_url(changes["url"])
+        check_url(changes["url"], endpoint.project_id)
         endpoint.url = changes["url"]
         fields.append("url")
     if "eventTypes" in changes:
@@ -82,7 +109,7 @@ def update(endpoint: WebhookEndpoint, changes: dict[str, Any]) -> WebhookEndpoin
 def rotate_secret(endpoint: WebhookEndpoint) -> WebhookEndpoint:
     """A new secret for every attempt from now on (an attempt already signing keeps the old one)."""
     endpoint.secret = new_secret()
-    endpoint.save(update_fields=["secret", "updated_at"])
+    endpoint.save(update_fields=["encrypted_secret", "updated_at"])
     return endpoint
 
 
@@ -95,10 +122,24 @@ def _refuse_disabled(endpoint: WebhookEndpoint) -> None:
         raise Rejected(409, "endpoint_disabled", "The endpoint is disabled; enable it first.", {"endpointId": str(endpoint.pk)})
 
 
+def _take_replay(endpoint: WebhookEndpoint) -> None:
+    """A replay sends the endpoint's deliveries out again, so replays are paced per endpoint (Redis's
+    token bucket, shared by every web process): a tenant cannot turn them into a stream of requests
+    at someone else's server."""
+    per_minute = settings.CALLBACKS_REPLAYS_PER_MINUTE
+    allowed, wait = take_token(f"replay:{endpoint.pk}", per_minute / 60, per_minute, lease_seconds=0)
+    if not allowed:
+        seconds = max(1, math.ceil(wait))
+        raise Rejected(429, "rate_limited", "Too many replays for this endpoint; retry after the Retry-After seconds.",
+                       {"endpointId": str(endpoint.pk), "replaysPerMinute": per_minute, "retryAfter": seconds},
+                       retry_after=seconds)
+
+
 def replay(delivery: Delivery) -> Delivery:
     """Deliver again, with a fresh retry schedule and the same webhook-id (a receiver that has it
     already drops the copy)."""
     _refuse_disabled(delivery.endpoint)
+    _take_replay(delivery.endpoint)
     Delivery.objects.filter(pk=delivery.pk).update(
         status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=timezone.now(), claim_token=None
     )
@@ -108,6 +149,7 @@ def replay(delivery: Delivery) -> Delivery:
 
 def replay_failed(endpoint: WebhookEndpoint, since: datetime) -> int:
     _refuse_disabled(endpoint)
+    _take_replay(endpoint)
     return Delivery.objects.filter(endpoint=endpoint, status=DeliveryStatus.FAILED, created_at__gte=since).update(
         status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=timezone.now(), claim_token=None
     )

@@ -1,7 +1,7 @@
 """A project's webhook endpoints, the deliveries owed to them and every attempt (issue 23).
 
 Deliveries are rows, not Celery state: a delivery's next try is its `next_attempt_at`, as a
-message's is (design.md §2). The relay pass (callbacks.derive) writes them from rows that are
+message's is (docs/architecture.md, principle 2). The relay pass (callbacks.derive) writes them from rows that are
 already durable (the timeline, the inbox, the opt-ins); one per (endpoint, source), so a pass that
 runs twice writes nothing twice.
 """
@@ -18,13 +18,16 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from messaging.models import Project
+from messaging.models import Environment, Project
+
+from . import secret_storage
 
 
 class EventType(models.TextChoices):
     MESSAGE_STATUS = "message.status", "A message's status changed"
     MESSAGE_INBOUND = "message.inbound", "A message arrived on one of the project's instances"
     OPT_IN_REVOKED = "opt_in.revoked", "A recipient's opt-in was revoked"
+    MESSAGE_UNACKNOWLEDGED = "message.unacknowledged", "A message was sent and WhatsApp never acknowledged it"
 
 
 # The event types as the API's schema lists them (one enum, WebhookEventTypeEnum, wherever a field carries one).
@@ -42,6 +45,11 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
+def new_encrypted_secret() -> str:
+    """A new secret as the database keeps it: encrypted (callbacks.secret_storage)."""
+    return secret_storage.encrypt(new_secret())
+
+
 def new_webhook_id() -> str:
     return "msg_" + uuid.uuid4().hex
 
@@ -49,10 +57,15 @@ def new_webhook_id() -> str:
 class WebhookEndpoint(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhook_endpoints")
+    # The environment of the key that made it: it receives that environment's events only, and only that
+    # environment's keys and dashboard mode see it (the sandbox rule, docs/security.md).
+    environment = models.CharField(max_length=4, choices=Environment.choices, default=Environment.LIVE)
     url = models.CharField(max_length=2048)
     description = models.CharField(max_length=200, blank=True, default="")
     event_types = ArrayField(models.CharField(max_length=32, choices=EventType.choices))
-    secret = models.CharField(max_length=64, default=new_secret)
+    # The `whsec_` signing secret, encrypted under a key kept outside the database (callbacks.secret_storage);
+    # read and set it through `secret`.
+    encrypted_secret = models.TextField(default=new_encrypted_secret)
     # The project's one endpoint for sends that carry a `callbackUrl`: no URL of its own (each delivery
     # has its message's), its secret signs them, its circuit and failing run cover them all.
     per_message = models.BooleanField(default=False)
@@ -70,13 +83,23 @@ class WebhookEndpoint(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        indexes = [models.Index(fields=["project", "created_at"], name="endpoint_by_project")]
+        indexes = [models.Index(fields=["project", "environment", "created_at"], name="endpoint_by_project")]
         constraints = [
-            models.UniqueConstraint(fields=["project"], condition=Q(per_message=True), name="one_per_message_endpoint"),
+            models.UniqueConstraint(
+                fields=["project", "environment"], condition=Q(per_message=True), name="one_per_message_endpoint"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.url} ({self.project_id})"
+
+    @property
+    def secret(self) -> str:
+        return secret_storage.decrypt(self.encrypted_secret)
+
+    @secret.setter
+    def secret(self, value: str) -> None:
+        self.encrypted_secret = secret_storage.encrypt(value)
 
 
 class DeliveryStatus(models.TextChoices):

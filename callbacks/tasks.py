@@ -12,7 +12,8 @@ from pilot_status.celery import CALLBACKS_QUEUE, DELIVER_CALLBACK_TASK
 from . import deliver, derive, retention
 
 _RELAY_BUDGET = max(0.5, min(5.0, settings.CALLBACKS_RELAY_SECONDS * 2))
-_DELIVER_LIMIT = int(settings.CALLBACKS_CONNECT_TIMEOUT_SECONDS + settings.CALLBACKS_TIMEOUT_SECONDS) + 30
+# A prefork worker's backstop; the threads pool ignores it, and callbacks.http's deadline is what ends an attempt.
+_DELIVER_LIMIT = int(settings.CALLBACKS_RESOLVE_SECONDS + settings.CALLBACKS_ATTEMPT_SECONDS) + 30
 
 
 @shared_task(name="callbacks.relay", ignore_result=True, soft_time_limit=30, time_limit=40)

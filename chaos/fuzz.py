@@ -19,7 +19,7 @@ from urllib.parse import quote
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
-# The repo's copy of the spec's evolution-samples/ (tests/simulator/samples/README.md).
+# Evolution's request and response bodies, reconstructed from its source (tests/simulator/samples/README.md).
 SAMPLES = ROOT / "tests" / "simulator" / "samples"
 MAX_SHOWN = 300  # characters of a body shown when an example is printed
 

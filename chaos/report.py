@@ -21,12 +21,13 @@ HEADLINE = {
     "R5": ("web_restarts", "webhook_failed", "ghost_statuses", "final"),
     "R6": ("cases", "right", "lost"),
     "R7": ("kills", "lost", "duplicate_accepted_sends", "statuses_applied_twice", "final"),
-    "R8": ("messages", "answers", "answers_lost_after_send", "answers_lost_before_send", "sent_or_later_reached_once", "wrong",
-           "ends", "lost"),
+    "R8": ("ids", "events_lost", "messages", "answers", "answers_lost_after_send", "answers_lost_before_send", "sent_or_later_reached_once",
+           "wrong", "ends", "lost", "most_reached_for_one_message", "checks", "settled_by_receipts",
+           "messages_left_unknown_a_while", "outcome_unknown"),
     "R9": ("sends", "lost", "down_s", "callbacks_owed", "callbacks_lost", "last_callback_not_final", "bad_signatures",
            "catch_up_s", "otp_p99_ms", "otp_ratio"),
-    "R10": ("sends", "lost", "duplicate_sendtext_calls", "queue_consumers", "accepted_per_web_pool",
-            "inbox_rows_by_channel", "fairness_ratio"),
+    "R10": ("sends", "lost", "duplicate_sendtext_calls", "queue_consumers", "second_beat_exit_status",
+            "c_callbacks_owed", "c_callbacks_lost", "accepted_per_web_pool", "inbox_rows_by_channel", "fairness_ratio"),
     "S1": ("operations", "server_error_findings", "outside_schema_findings", "exit_code"),
     "S2": ("calls", "answered_as_expected", "a_unchanged"),
     "S3": ("calls", "answered_401", "inbox_rows_added", "target_status_after"),
@@ -34,12 +35,15 @@ HEADLINE = {
     "S5": ("secrets_checked", "tables_searched", "logs_searched", "tables_holding_a_secret", "logs_holding_a_secret"),
     "S6": ("requests", "server_errors", "max_growth_mb", "over_bound", "workers_replaced", "workers"),
     "S7": ("examples", "server_errors", "distinct_failures", "statuses"),
+    "S8": ("c_p99_ratio", "a_most_in_flight", "a_cap", "a_attempts_cut_at_deadline", "a_longest_attempt_ms",
+           "lookup_answers", "lookup_longest_s", "read_answers", "reads_alone_p99_s", "reads_during_p99_s"),
 }
 
 
-def _row_order(name: str) -> tuple[str, int]:
-    """R1, R2, …, R10: rows by letter, then by number (a plain sort puts R10 before R2)."""
-    return name[0], int(name[1:]) if name[1:].isdigit() else 0
+def _row_order(name: str) -> tuple[str, int, str]:
+    """R1, R2, …, R8, R8I, …, R10: rows by letter, then by number (a plain sort puts R10 before R2), then variant."""
+    digits = "".join(ch for ch in name[1:] if ch.isdigit())
+    return name[0], int(digits) if digits else 0, name[1 + len(digits):]
 
 
 def _fmt(value: Any) -> str:
@@ -64,7 +68,8 @@ def render(results: dict[str, Any]) -> str:
         "proxy the stack reaches Evolution through. \"Lost\" = accepted with 202 but not final (DELIVERED/READ, or "
         "FAILED with a dead letter) when the scenario's drain time ran out.",
         "",
-        "Maintenance: no beat in the chaos stack. The harness calls the plain one-pass functions every 2 s while it "
+        "Maintenance: no beat in the chaos stack (R10 runs one of its own, with two of each maintenance worker, for "
+        "its row only). The harness calls the plain one-pass functions every 2 s while it "
         "drains — `messaging.reconciler.run_batch`, `messaging.status_sync.run_batch` (STATUS_SYNC_AFTER_SECONDS=10 "
         "in the harness), `messaging.sending.instance_state.poll_waiting` and `ingestion.reconciler.run_batch` "
         "(stale after 15 s) — as beat would with shorter periods.",
@@ -75,7 +80,8 @@ def render(results: dict[str, Any]) -> str:
     for name in sorted(sc, key=_row_order):
         r = sc[name]
         figs = r.get("figures", {})
-        shown = "; ".join(f"{k}: {_fmt(figs[k])}" for k in HEADLINE.get(name, ()) if k in figs)
+        headline = HEADLINE.get(name) or HEADLINE.get(name.rstrip("I"), ())  # R8I: R8's figures
+        shown = "; ".join(f"{k}: {_fmt(figs[k])}" for k in headline if k in figs)
         verdict = "pass" if r.get("passed") else "**FAIL**"
         lines.append(f"| {name} | {r.get('fault', '')} | {r.get('must', '')} | {shown} | {verdict} |")
     lines += ["", f"Run: {results.get('elapsed_s')} s in all on {results.get('cpus')} CPUs (load average before "

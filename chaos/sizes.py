@@ -33,8 +33,11 @@ class Sizes:
     # R7: relay and consumer killed mid-batch
     r7_messages: int = 600
     r7_kills: int = 2
-    # R8: sends with every fifth answer lost after the send and every fifth other one before
+    # R8: sends with every fifth answer lost after the send and every fifth other one before; r8_events_lost=1 also
+    # drops every Evolution event (webhook and RabbitMQ), so that no receipt settles a lost answer before the worker's
+    # look-up does (receipts then come from status sync)
     r8_messages: int = 2000
+    r8_events_lost: int = 0
     # R9: the callback receiver down (connection refused) this long while r9_messages sends go through;
     # bench B3's OTP stream at r9_otp_rate, idle first (r9_idle_otps after r9_warmup_otps), then all through the outage
     r9_down_seconds: float = 600.0
@@ -61,6 +64,11 @@ class Sizes:
     s7_examples: int = 300
     s7_budget_s: float = 600.0
     s7_seed: int = 8
+    # S8: TEST sends to the READ number per round (C alone, A into the tarpit, C beside it); how long the silent
+    # name server's lookups go on, and how many threads look up at once
+    s8_messages: int = 20
+    s8_dns_seconds: float = 30.0
+    s8_attackers: int = 4
     # How long a scenario waits for every accepted message to reach a final state
     drain_s: float = 240.0
     senders: int = 8  # client threads posting sends
@@ -80,6 +88,7 @@ SMOKE = Sizes(
     s1_examples=5,
     s6_requests=300, s6_warmup=100,
     s7_examples=12, s7_budget_s=120.0,
+    s8_messages=6, s8_dns_seconds=8.0, s8_attackers=2,
     drain_s=120.0, senders=4,
 )
 

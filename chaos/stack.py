@@ -21,10 +21,10 @@ CHAOS_ENV = {
     # The fleet shares the load; a high pace keeps 5,000 sends within the time budget.
     "SEND_RATE_PER_INSTANCE": "200",
     "SEND_RATE_BURST": "50",
-    # A killed worker's lease runs out in 35 s instead of 60 s (drains stay short). No shorter: a lease
-    # must outlive a claim's worst case with these timeouts (messaging.sending.budget: 34 s, the check of
-    # a lost answer's four look-ups), or start-up refuses it.
-    "SEND_LEASE_SECONDS": "35",
+    # A killed worker's lease runs out in 40 s instead of 60 s (drains stay short). No shorter: a lease
+    # must outlive a claim's worst case with these timeouts (messaging.sending.budget: 40 s, the check of
+    # a lost answer's five look-ups), or start-up refuses it.
+    "SEND_LEASE_SECONDS": "40",
     # A hung gateway is given up after 4 s (R6 timeouts); the simulator is local, 1 s to connect is plenty.
     "EVOLUTION_READ_TIMEOUT": "4",
     "EVOLUTION_CONNECT_TIMEOUT": "1",
@@ -33,6 +33,7 @@ CHAOS_ENV = {
     "TYPING_DELAY_MS_PER_CHAR": "0",
     # R9's callback receiver runs in the harness, on loopback (docs/security.md: for development and tests only).
     "CALLBACKS_ALLOW_PRIVATE_ADDRESSES": "true",
+    "PILOT_TEST_STACK": "1",  # production mode refuses the line above elsewhere (pilot_status/production.py)
 }
 
 

@@ -88,6 +88,7 @@ def build_world(recipients: int = 200) -> World:
         _, test = ApiKey.issue(project, Environment.TEST)
         secrets.extend([live, test])
         names = [instance_name] + [f"{instance_name}-{n:02d}" for n in range(1, fleet + 1)]
+        names_made.extend(names)
         for n in names:
             if not Instance.objects.filter(name=n).exists():
                 operators.add_instance(n, project.pk, priority=10 if n == instance_name else 50,
@@ -100,12 +101,19 @@ def build_world(recipients: int = 200) -> World:
         instances = {i.name: i for i in Instance.objects.filter(name__in=names)}
         return Tenant(project, live, test, instances[instance_name], [instances[n] for n in names[1:]], numbers)
 
+    names_made: list[str] = []
     a = tenant("Chaos A", "chaos-a", 0, FLEET)
     c = tenant("Chaos C", "chaos-c", 10_000, 0)
     if not Instance.objects.filter(name="chaos-official").exists():
         operators.add_instance("chaos-official", None, official=True, priority=1, token="TOKEN-CHAOS-OFFICIAL")
+    # The runs' numbers keep the throughput they were written for: Cloud API ones (the `official` profile).
+    # Nor Meta's pair rate: a run sends many messages to each of its recipients.
+    Instance.objects.filter(name__in=[*names_made, "chaos-official"]).update(
+        send_profile="official", send_policy={"pair_gap_seconds": 0})
     official = Instance.objects.get(name="chaos-official")
     world = World(a, c, official, secrets)
+    for made in world.instances():
+        made.refresh_from_db(fields=["send_profile", "send_policy"])
     for instance in world.instances():
         world.raw_secrets.extend([instance.webhook_token, f"TOKEN-{instance.name}".upper()])
     return world

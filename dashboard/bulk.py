@@ -43,26 +43,28 @@ def _loaded_filters(stored: dict[str, Any]) -> dict[str, Any]:
 
 
 def _selection(job: BulkResendJob) -> QuerySet[DeadLetter]:
+    """The job's open entries, of its own project and environment only (ticked ids of others are not part of it)."""
     rows: QuerySet[DeadLetter]
     if job.dead_letter_ids is not None:
-        rows = DeadLetter.objects.for_project(job.project).filter(pk__in=job.dead_letter_ids)
+        rows = DeadLetter.objects.for_scope(job.project, job.environment).filter(pk__in=job.dead_letter_ids)
     else:
-        rows = resend.matching(job.project, _loaded_filters(job.filters))
+        rows = resend.matching(job.project, job.environment, _loaded_filters(job.filters))
     # Only open entries can be resent; the filter's own status (if any) narrows further.
     return rows.filter(status=DeadLetterStatus.OPEN, pk__lte=job.max_dead_letter_id)
 
 
-def start(project: Project, user: Any, actor: str, *, ids: list[int] | None = None,
+def start(project: Project, user: Any, actor: str, *, environment: str, ids: list[int] | None = None,
           filters: dict[str, Any] | None = None) -> BulkResendJob:
     """Create the job row (the caller enqueues the task on commit)."""
     job = BulkResendJob(
         project=project,
+        environment=environment,
         created_by=user,
         actor=actor,
         dead_letter_ids=sorted(set(ids)) if ids is not None else None,
         filters=_stored_filters(filters or {}),
     )
-    top = DeadLetter.objects.for_project(project).aggregate(top=Max("pk"))["top"] or 0
+    top = DeadLetter.objects.filter(project=project).aggregate(top=Max("pk"))["top"] or 0
     job.max_dead_letter_id = top
     job.total = _selection(job).count()
     if job.total == 0:

@@ -1,9 +1,9 @@
 """What the overview's two charts draw: a project's messages per hour by status, and how long its
 messages took from acceptance to delivery (p50/p90/p99 per hour), over the last 24 hours.
 
-One grouped query per chart, for the member's own project only, over the hours' rows of the
-(project, -created_at) index `msg_project_created`: the answer is at most 24 points per status and
-24 per percentile, however much traffic there was. Both queries run under a statement timeout
+One grouped query per chart, for the member's own project and the mode's environment only, over the
+hours' rows of the (project, environment, -created_at) index `msg_project_created`: the answer is at most
+24 points per status and 24 per percentile, however much traffic there was. Both queries run under a statement timeout
 (`DASHBOARD_CHART_TIMEOUT_MS`), so a huge day makes the charts unavailable, never the page slow.
 """
 
@@ -46,9 +46,9 @@ def hours(now: datetime | None = None) -> list[datetime]:
     return [current - timedelta(hours=HOURS - 1 - i) for i in range(HOURS)]
 
 
-def _in_window(project: Project, buckets: list[datetime]) -> QuerySet[Message]:
+def _in_window(project: Project, environment: str, buckets: list[datetime]) -> QuerySet[Message]:
     # Both bounds, so a clock running ahead never adds a 25th bucket.
-    return Message.objects.for_project(project).filter(
+    return Message.objects.for_scope(project, environment).filter(
         created_at__gte=buckets[0], created_at__lt=buckets[-1] + timedelta(hours=1)
     )
 
@@ -75,10 +75,10 @@ class Charts:
         }
 
 
-def messages_by_status(project: Project, buckets: list[datetime]) -> dict[str, list[int]]:
+def messages_by_status(project: Project, environment: str, buckets: list[datetime]) -> dict[str, list[int]]:
     """Messages accepted in each hour, by the status they have now: one list of 24 counts per status."""
     rows = (
-        _in_window(project, buckets)
+        _in_window(project, environment, buckets)
         .annotate(hour=TruncHour("created_at", tzinfo=UTC))
         .values("hour", "status")
         .annotate(n=Count("id"))
@@ -90,16 +90,18 @@ def messages_by_status(project: Project, buckets: list[datetime]) -> dict[str, l
     return counts
 
 
-def delivery_latency(project: Project, buckets: list[datetime]) -> tuple[dict[str, list[float | None]], list[int]]:
+def delivery_latency(
+    project: Project, environment: str, buckets: list[datetime]
+) -> tuple[dict[str, list[float | None]], list[int]]:
     """For messages accepted in each hour and delivered since: p50/p90/p99 of delivered_at - created_at
     in seconds (None for an hour with none delivered), and how many there were.
 
-    A read receipt that arrives first also stamps delivered_at (messaging.models.progress_move), so a READ
+    A read receipt that arrives first also stamps delivered_at (messaging.lifecycle.advance), so a READ
     message counts; a force-resent one counts from its first acceptance, as its sender saw it.
     """
     took = ExpressionWrapper(F("delivered_at") - F("created_at"), output_field=DurationField())
     rows = (
-        _in_window(project, buckets)
+        _in_window(project, environment, buckets)
         .filter(delivered_at__isnull=False)
         .annotate(hour=TruncHour("created_at", tzinfo=UTC))
         .values("hour")
@@ -117,9 +119,9 @@ def delivery_latency(project: Project, buckets: list[datetime]) -> tuple[dict[st
     return latency, delivered
 
 
-def for_project(project: Project, now: datetime | None = None) -> Charts:
-    """Both charts' data, each query bounded by DASHBOARD_CHART_TIMEOUT_MS (a timeout raises
-    django.db.OperationalError, which the view answers with 503)."""
+def for_scope(project: Project, environment: str, now: datetime | None = None) -> Charts:
+    """Both charts' data for one environment (the dashboard's mode), each query bounded by
+    DASHBOARD_CHART_TIMEOUT_MS (a timeout raises django.db.OperationalError, which the view answers with 503)."""
     buckets = hours(now)
     with transaction.atomic(), connection.cursor() as cursor:
         # Local to this transaction (or, inside an outer one, put back below; a failure rolls it back with
@@ -127,7 +129,7 @@ def for_project(project: Project, now: datetime | None = None) -> Charts:
         cursor.execute("SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)",
                        [f"{settings.DASHBOARD_CHART_TIMEOUT_MS}ms"])
         previous = cursor.fetchone()[0]
-        by_status = messages_by_status(project, buckets)
-        latency, delivered = delivery_latency(project, buckets)
+        by_status = messages_by_status(project, environment, buckets)
+        latency, delivered = delivery_latency(project, environment, buckets)
         cursor.execute("SELECT set_config('statement_timeout', %s, true)", [previous])
     return Charts(buckets, by_status, latency, delivered)

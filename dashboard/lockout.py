@@ -3,17 +3,28 @@
 settings.py wires these in (AXES_LOCKOUT_CALLABLE, AXES_USERNAME_CALLABLE, AXES_CLIENT_IP_CALLABLE,
 AXES_HANDLER). Axes writes what it counts to Postgres, so each value here is made storable first: a
 malformed sign-in is a failed sign-in, never a 500.
+
+Two bounds (issue 45 §5). A (username, client) pair is locked after LOGIN_FAILURE_LIMIT wrong passwords,
+the client being the address our trusted proxies vouch for, an IPv6 one by its /64
+(pilot_status.client_address). And a username is locked, from everywhere, after
+LOGIN_USERNAME_FAILURE_LIMIT wrong passwords from all clients together: high enough that no one hands a
+user a lock-out with a few wrong passwords, low enough that guessing from many addresses stays bounded.
+Axes counts both (AXES_LOCKOUT_PARAMETERS: the pair, then the username) but compares them with one limit,
+so the handler reports them on the pair's scale.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
+
+from django.db.models import Sum
 
 from axes.handlers.database import AxesDatabaseHandler
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
+
+from pilot_status import client_address
 
 # 429: the same "too many requests, come back later" the client API answers for its rate limit.
 STATUS = 429
@@ -44,16 +55,26 @@ def username_of(request: HttpRequest, credentials: dict[str, Any] | None = None)
 
 
 def address_of(request: HttpRequest) -> str | None:
-    """REMOTE_ADDR when it is an IP address (a unix socket or a test has none): axes stores it as one."""
-    raw = request.META.get("REMOTE_ADDR") or ""
-    try:
-        return str(ipaddress.ip_address(raw))
-    except ValueError:
-        return None
+    """The client's address as the lockout counts it (pilot_status.client_address), or None when there is
+    none (a unix socket, a test): axes stores it as an IP address."""
+    address = client_address.client(request.META)
+    return client_address.grouped(address) if address is not None else None
 
 
 class StorableAttempts(AxesDatabaseHandler):  # type: ignore[misc]  # axes ships no types
-    """Axes' database handler, with the request's headers made storable (Postgres text holds no NUL)."""
+    """Axes' database handler, with the request's headers made storable (Postgres text holds no NUL), and the
+    username's own bound beside the pair's."""
+
+    def get_failures(self, request: Any, credentials: dict[str, Any] | None = None) -> int:
+        # Axes locks at failures >= AXES_FAILURE_LIMIT (the pair's limit): a username past its own, higher
+        # limit is reported at the pair's limit.
+        pair, username = (
+            attempts.aggregate(n=Sum("failures_since_start"))["n"] or 0
+            for attempts in self.get_user_attempts(request, credentials)
+        )
+        if username >= settings.LOGIN_USERNAME_FAILURE_LIMIT:
+            return max(int(pair), settings.LOGIN_FAILURE_LIMIT)
+        return int(pair)
 
     def user_login_failed(self, sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any) -> None:
         if request is not None:

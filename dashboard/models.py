@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from messaging.models import Environment
+
 
 class BulkStatus(models.TextChoices):
     PENDING = "PENDING", "Waiting for a worker"
@@ -19,6 +21,9 @@ class BulkStatus(models.TextChoices):
 
 class BulkResendJob(models.Model):
     project = models.ForeignKey("messaging.Project", on_delete=models.CASCADE, related_name="bulk_resend_jobs")
+    # The dashboard mode it was started in: it resends that environment's dead letters only, and its page
+    # is shown in that mode only.
+    environment = models.CharField(max_length=4, choices=Environment.choices, default=Environment.LIVE)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     actor = models.CharField(max_length=150, help_text="Recorded on every resent message's timeline")
     # Either the ids a person ticked, or the filter they were looking at (messaging.resend.matching).

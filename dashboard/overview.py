@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Count
 from django.utils import timezone
 
+from messaging import unacknowledged
 from messaging.models import Category, DeadLetter, DeadLetterStatus, Instance, Message, Project, Status
 
 
@@ -50,11 +51,11 @@ class Today:
         return self.by_status[Status.FAILED]
 
 
-def today_by_lane(project: Project, now: datetime | None = None) -> Today:
-    """One row per lane, one column per status, for messages created today (UTC)."""
-    # Served by the (project, -created_at) index on messaging_message.
+def today_by_lane(project: Project, environment: str, now: datetime | None = None) -> Today:
+    """One row per lane, one column per status, for the environment's messages created today (UTC)."""
+    # Served by the (project, environment, -created_at) index on messaging_message.
     rows = (
-        Message.objects.for_project(project)
+        Message.objects.for_scope(project, environment)
         .filter(created_at__gte=start_of_today(now))
         .values("category", "status")
         .annotate(n=Count("id"))
@@ -71,11 +72,16 @@ def today_by_lane(project: Project, now: datetime | None = None) -> Today:
 
 
 def instances(project: Project) -> list[Instance]:
-    return list(Instance.objects.filter(project=project).order_by("priority", "pk"))
+    """The project's instances, each with `unacknowledged`: its recent sends WhatsApp never acknowledged."""
+    found = list(Instance.objects.filter(project=project).order_by("priority", "pk"))
+    counts = unacknowledged.by_instance()
+    for instance in found:
+        instance.unacknowledged = counts.get(instance.pk, 0)  # type: ignore[attr-defined]
+    return found
 
 
-def open_dead_letters(project: Project, latest: int = 5) -> dict[str, Any]:
-    rows = DeadLetter.objects.for_project(project).filter(status=DeadLetterStatus.OPEN)
+def open_dead_letters(project: Project, environment: str, latest: int = 5) -> dict[str, Any]:
+    rows = DeadLetter.objects.for_scope(project, environment).filter(status=DeadLetterStatus.OPEN)
     by_reason = list(rows.values("reason").annotate(n=Count("id")).order_by("-n", "reason"))
     return {
         "count": sum(r["n"] for r in by_reason),

@@ -8,6 +8,8 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("assets/<str:name>", views.asset, name="asset"),
     path("p/<int:project_id>/", views.overview_page, name="overview"),
+    # allows POST (form with CSRF token): the TEST/LIVE mode switch
+    path("p/<int:project_id>/environment", views.switch_environment, name="environment"),
     path("p/<int:project_id>/charts.json", views.charts_data, name="charts"),
     path("p/<int:project_id>/dead-letters/", views.dead_letter_list, name="dead_letters"),
     path("p/<int:project_id>/dead-letters/<int:dead_letter_id>/", views.dead_letter_detail, name="dead_letter"),

@@ -1,7 +1,8 @@
 """Customer dashboard: a member reviews their project's dead letters and acts on them.
 
-Function views, @login_required; every lookup goes through the member's project, so another
-project's pages and entries are 404. Actions are POST-only and call messaging.resend.
+Function views, @login_required; every lookup goes through the member's project and the mode's
+environment (dashboard.environments), so another project's pages and entries, and the other
+environment's, are 404. Actions are POST-only and call messaging.resend.
 """
 
 from __future__ import annotations
@@ -20,15 +21,18 @@ from django.db import OperationalError, transaction
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from messaging import resend, timeline
 from messaging.errors import Rejected
 from messaging.models import DeadLetter, DeadLetterStatus, Message, Project, Status
+from messaging.representations import iso
 from pilot_status.errors import error_response
 
-from . import bulk, charts, overview, tasks
+from . import bulk, charts, environments, overview, tasks
 from .csp import same_origin_only
+from .environments import shown_mode_only
 from .forms import DeadLetterFilterForm, selected_ids
 from .models import BulkResendJob
 
@@ -45,8 +49,8 @@ def _project(request: HttpRequest, project_id: int) -> Project:
     return get_object_or_404(Project, pk=project_id, members=request.user)
 
 
-def _dead_letter(project: Project, dead_letter_id: int) -> DeadLetter:
-    rows = DeadLetter.objects.for_project(project).select_related("message__instance")
+def _dead_letter(request: HttpRequest, project: Project, dead_letter_id: int) -> DeadLetter:
+    rows = DeadLetter.objects.for_scope(project, environments.current(request)).select_related("message__instance")
     entry: DeadLetter = get_object_or_404(rows, pk=dead_letter_id)
     return entry
 
@@ -58,15 +62,14 @@ def _actor(request: HttpRequest) -> str:
 def _page(request: HttpRequest, template: str, project: Project | None, section: str, status: int = 200,
           **context: Any) -> HttpResponse:
     projects = list(request.user.projects.order_by("name"))  # type: ignore[union-attr]
-    return render(request, template, {"project": project, "projects": projects, "section": section, **context},
-                  status=status)
+    return render(request, template, {"project": project, "projects": projects, "section": section,
+                                      "environment": environments.current(request), **context}, status=status)
 
 
 def _refused(request: HttpRequest, project: Project, reasons: list[str], query: list[tuple[str, str]]) -> HttpResponse:
     """A form the dashboard cannot act on: 400 with what was wrong, and nothing done."""
     back = reverse("dashboard:dead_letters", args=[project.pk])
-    return _page(request, "dashboard/refused.html", project, "dead_letters", status=400,
-                 reasons=reasons, back=f"{back}?{urlencode(query)}" if query else back)
+    return environments.refused_page(request, project, reasons, f"{back}?{urlencode(query)}" if query else back)
 
 
 def _json_errors(view: Callable[..., JsonResponse]) -> Callable[..., JsonResponse]:
@@ -94,11 +97,12 @@ def home(request: HttpRequest) -> HttpResponse:
 @same_origin_only
 def overview_page(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
+    environment = environments.current(request)
     return _page(
         request, "dashboard/overview.html", project, "overview",
-        today=overview.today_by_lane(project), since=overview.start_of_today(),
+        today=overview.today_by_lane(project, environment), since=overview.start_of_today(),
         instances=overview.instances(project),
-        dlq=overview.open_dead_letters(project),
+        dlq=overview.open_dead_letters(project, environment),
         chart_js=CHART_JS,
     )
 
@@ -110,7 +114,7 @@ def charts_data(request: HttpRequest, project_id: int) -> JsonResponse:
     """The overview's charts: the last 24 hours of the member's own project (dashboard.charts)."""
     project = _project(request, project_id)
     try:
-        data = charts.for_project(project)
+        data = charts.for_scope(project, environments.current(request))
     except OperationalError:
         # The statement timeout (DASHBOARD_CHART_TIMEOUT_MS) or a database away: the page says so.
         return error_response(503, "charts_unavailable", "The charts could not be computed just now; try again.")
@@ -124,10 +128,11 @@ def charts_data(request: HttpRequest, project_id: int) -> JsonResponse:
 def dead_letter_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
     form = DeadLetterFilterForm.from_query(request.GET)
-    rows = resend.matching(project, form.filters()).select_related("message").order_by("-created_at", "-pk")
+    matching = resend.matching(project, environments.current(request), form.filters())
+    rows = matching.select_related("message").order_by("-created_at", "-pk")
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query_items = form.query_items()
-    matching_open = resend.matching(project, form.filters()).filter(status=DeadLetterStatus.OPEN).count()
+    matching_open = matching.filter(status=DeadLetterStatus.OPEN).count()
     return _page(
         request, "dashboard/dead_letters.html", project, "dead_letters",
         form=form, page=page, query_items=query_items, query=urlencode(query_items), matching_open=matching_open,
@@ -138,7 +143,7 @@ def dead_letter_list(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_GET
 def dead_letter_detail(request: HttpRequest, project_id: int, dead_letter_id: int) -> HttpResponse:
     project = _project(request, project_id)
-    entry = _dead_letter(project, dead_letter_id)
+    entry = _dead_letter(request, project, dead_letter_id)
     message = entry.message
     # The latest lines, or with ?before=<cursor> the ones before them (messaging.timeline): a long
     # hold or many resends never make the page load the whole timeline.
@@ -161,8 +166,9 @@ def _back_to(entry: DeadLetter) -> HttpResponse:
 
 @login_required
 @require_POST
+@shown_mode_only
 def resend_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> HttpResponse:
-    entry = _dead_letter(_project(request, project_id), dead_letter_id)
+    entry = _dead_letter(request, _project(request, project_id), dead_letter_id)
     try:
         correction = resend.check_correction(request.POST.get("to"), request.POST.get("instance"))
         done = resend.force_resend(
@@ -181,8 +187,9 @@ def resend_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> Ht
 
 @login_required
 @require_POST
+@shown_mode_only
 def dismiss_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> HttpResponse:
-    entry = _dead_letter(_project(request, project_id), dead_letter_id)
+    entry = _dead_letter(request, _project(request, project_id), dead_letter_id)
     try:
         done = resend.dismiss(entry, _actor(request))
     except Rejected as refused:
@@ -194,6 +201,7 @@ def dismiss_one(request: HttpRequest, project_id: int, dead_letter_id: int) -> H
 
 @login_required
 @require_POST
+@shown_mode_only
 def bulk_resend(request: HttpRequest, project_id: int) -> HttpResponse:
     project = _project(request, project_id)
     # The filter the person was looking at rides along as hidden fields (the way back to the list).
@@ -215,21 +223,21 @@ def bulk_resend(request: HttpRequest, project_id: int) -> HttpResponse:
             return redirect(f"{reverse('dashboard:dead_letters', args=[project.pk])}?{urlencode(form.query_items())}")
         start = {"ids": ids}
     with transaction.atomic():
-        job = bulk.start(project, request.user, _actor(request), **start)
+        job = bulk.start(project, request.user, _actor(request), environment=environments.current(request), **start)
         if job.total:
             tasks.enqueue_on_commit(job.pk)
     return redirect("dashboard:bulk_job", project_id=project.pk, job_id=job.pk)
 
 
-def _job(project: Project, job_id: int) -> BulkResendJob:
-    return get_object_or_404(BulkResendJob, pk=job_id, project=project)
+def _job(request: HttpRequest, project: Project, job_id: int) -> BulkResendJob:
+    return get_object_or_404(BulkResendJob, pk=job_id, project=project, environment=environments.current(request))
 
 
 @login_required
 @require_GET
 def bulk_job(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
     project = _project(request, project_id)
-    job = _job(project, job_id)
+    job = _job(request, project, job_id)
     if bulk.stalled(job):
         tasks.enqueue(job.pk)
     return _page(request, "dashboard/bulk_job.html", project, "dead_letters", job=job, progress=bulk.progress(job))
@@ -239,7 +247,7 @@ def bulk_job(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse
 @require_GET
 @_json_errors
 def bulk_job_progress(request: HttpRequest, project_id: int, job_id: int) -> JsonResponse:
-    job = _job(_project(request, project_id), job_id)
+    job = _job(request, _project(request, project_id), job_id)
     if bulk.stalled(job):
         tasks.enqueue(job.pk)
     return JsonResponse(bulk.progress(job))
@@ -250,9 +258,24 @@ def bulk_job_progress(request: HttpRequest, project_id: int, job_id: int) -> Jso
 @_json_errors
 def message_status(request: HttpRequest, project_id: int, message_id: str) -> JsonResponse:
     project = _project(request, project_id)
-    message = get_object_or_404(Message.objects.for_project(project), pk=message_id)
+    message = get_object_or_404(Message.objects.for_scope(project, environments.current(request)), pk=message_id)
     return JsonResponse({"id": str(message.pk), "status": message.status, "events": message.events.count(),
-                         "outcomeUnknown": message.outcome_unknown})
+                         "outcomeUnknown": message.outcome_unknown, "unacknowledged": message.unacknowledged,
+                         "unacknowledgedAt": iso(message.unacknowledged_at)})
+
+
+@login_required
+@require_POST
+def switch_environment(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The mode switch: show TEST or LIVE from now on, then go back to the page it was used on."""
+    project = _project(request, project_id)
+    if not environments.switch(request, request.POST.get(environments.FIELD, "")):
+        return environments.refused_page(request, project, ["The environment must be TEST or LIVE."],
+                                         reverse("dashboard:overview", args=[project.pk]))
+    back = request.POST.get("next", "")
+    if not (back.startswith("/dashboard/") and url_has_allowed_host_and_scheme(back, allowed_hosts=None)):
+        back = reverse("dashboard:overview", args=[project.pk])
+    return redirect(back)
 
 
 @require_GET

@@ -1,7 +1,7 @@
 """Acks in batches: one `basic.ack` with `multiple` for up to N handled deliveries.
 
 A quorum queue settles every ack through its Raft log; acking twenty handled deliveries at once
-cut RabbitMQ's CPU per consumed message by more than half (bench/findings.md, B5). An ack is only
+cuts RabbitMQ's CPU per consumed message (bench/findings.md, "Batched consumer ACKs"). An ack is only
 deferred for a delivery whose work is done (its row committed, its copy confirmed in a delay
 queue, or the other channel's done mark seen), so a crash before the flush makes the broker
 redeliver those deliveries and the done mark or the inbox skips them: a duplicate, never a loss.

@@ -1,4 +1,4 @@
-"""Who may post events: Evolution (per instance) and our own forwarding processes (contract §6).
+"""Who may post events: Evolution (per instance) and our own forwarding processes (docs/security.md, "Evolution's webhook and the internal forward").
 
 Instance auth material (name, token salt, Evolution token hash) is cached per process for
 `AUTH_CACHE_SECONDS`, so a receipt storm does not cost a SELECT per webhook. What that changes:

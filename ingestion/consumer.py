@@ -1,9 +1,10 @@
-"""The RabbitMQ channel of dual ingestion (seeds.md B, channel 2).
+"""The RabbitMQ channel of dual ingestion (docs/architecture.md, "Path of an event").
 
 Our own durable quorum queue is bound with `#` to Evolution's topic exchange (global mode) and,
 in per-instance mode, to the exchange Evolution names after each instance; the set of instance
 exchanges is re-read from the database while running, so instances added later are followed.
-Evolution's own quorum queues are never declared (services.md).
+Evolution's own quorum queues are never declared: declaring one of their names with other
+arguments fails the channel with PRECONDITION_FAILED.
 
 Per message: lock → inbox (channel RABBITMQ, committed) → forward to the webhook handler with
 already_saved → ack (acks go in batches of CONSUMER_ACK_BATCH, acks.py). A copy whose lock holds the
@@ -32,7 +33,7 @@ from kombu.mixins import ConsumerMixin
 
 from pilot_status import jsonbody, metrics
 
-from . import forwarding, inbox
+from . import forwarding, inbox, sizes
 from .acks import DeferredAcks
 from .locks import event_lock
 from .models import Channel, IngestionEvent
@@ -274,6 +275,14 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self.handled += 1
 
     def handle(self, message: Any) -> str:
+        body_size = len(message.body) if isinstance(message.body, (bytes, bytearray, str)) else 0
+        if sizes.too_large(body_size):
+            # Refused as the webhook refuses it (ingestion.sizes): never stored, so never forwarded again;
+            # kept in the parking queue where an operator looks.
+            log.warning("parking an event of %d bytes, over EVOLUTION_EVENT_MAX_BYTES", body_size)
+            metrics.evolution("rabbitmq:too_large")
+            self._park(message, f"event of {body_size} bytes, over EVOLUTION_EVENT_MAX_BYTES")
+            return "parked"
         payload = _decode(message.body)
         if payload is None or not inbox.is_evolution_event(payload):
             log.warning("parking a message that is not an Evolution event")

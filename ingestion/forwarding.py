@@ -1,10 +1,9 @@
-"""The internal forward: a saved event POSTed to the webhook handler with already_saved (seeds B).
+"""The internal forward: a saved event POSTed to the webhook handler with already_saved (docs/architecture.md, "Path of an event").
 
-urllib3 directly, not requests: every event the consumer takes first is forwarded, and bench P3 (an OTP stream
-alone) found half of the consumer's CPU in the forward. requests' session machinery (the environment's proxy
-settings read on every call, hooks, cookies, its adapter) cost 1.7 ms of CPU a forward, urllib3 0.9 ms (1,000
-POSTs to a loopback server, 2026-12-02). No retries and no redirects: a failed forward goes to the retry queues,
-where it is counted.
+urllib3 directly, not requests: every event the consumer takes first is forwarded, so the forward is a large
+share of the consumer's CPU, and requests' session machinery (the environment's proxy settings read on every
+call, hooks, cookies, its adapter) nearly doubles what a forward costs (bench/findings.md, "The forwarded
+event"). No retries and no redirects: a failed forward goes to the retry queues, where it is counted.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The business logic of Evolution events. Idempotent, forward only, and it sets processed_at.
 
-`apply(event)` returns an outcome word. When the message a receipt or a send confirmation
-talks about is not known yet (the ack raced ahead of the worker's commit), the event stays
-unprocessed and is applied as soon as the send is recorded (`apply_waiting_for`, on the
-domain's `message_sent` signal) or, failing that, by the reconciler.
+`apply(event)` returns an outcome word. A receipt finds its message by WhatsApp id: the one the message
+chose for its sends (committed before the first attempt, so a receipt that overtakes sendText's answer
+matches at once) or the one Evolution gave it. When neither is known yet (an Evolution that ignores our
+id names the send by its own, which the worker records from the answer), the event stays unprocessed
+and is applied as soon as the send is recorded (`apply_waiting_for`, on the domain's `message_sent`
+signal) or, failing that, by the reconciler.
 
 `ingest(channel, payload)` is the webhook's way in: store and apply in one transaction, so a new
 event costs one commit (each commit is an fsync: the dominant cost of an event under load).
@@ -20,8 +22,8 @@ from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from messaging import lifecycle, opt_outs, writes
-from messaging.models import DEFAULT_OPT_OUT_KEYWORDS, FailureReason, Instance, Message, Status, progress_move
+from messaging import exchanges, lifecycle, opt_outs, writes
+from messaging.models import DEFAULT_OPT_OUT_KEYWORDS, FailureReason, Instance, Message, Status
 from messaging.prepared import prepared_cursor
 from messaging.sending import instance_state
 
@@ -107,8 +109,9 @@ WITH known AS (
     SELECT processed_at IS NOT NULL AS processed FROM evolution_ingestion_events WHERE dedup_key = %s
 ), target AS (
     SELECT m.id FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
-     WHERE m.evolution_message_id = %s AND m.evolution_message_id <> '' AND i.name = %s
-       AND NOT EXISTS (SELECT 1 FROM known)
+     WHERE (m.evolution_message_id = %s AND m.evolution_message_id <> '' OR m.own_message_id = %s AND m.own_message_id <> '')
+       AND i.name = %s AND NOT EXISTS (SELECT 1 FROM known)
+       AND m.status NOT IN ('QUEUED', 'SENDING')  -- not answered yet: _receipt
      ORDER BY m.id LIMIT 1
 ), {move},
 stored AS (
@@ -130,8 +133,9 @@ WITH saved AS (
     SELECT id FROM evolution_ingestion_events WHERE dedup_key = %s AND processed_at IS NULL FOR UPDATE
 ), target AS (
     SELECT m.id FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
-     WHERE m.evolution_message_id = %s AND m.evolution_message_id <> '' AND i.name = %s
-       AND EXISTS (SELECT 1 FROM saved)
+     WHERE (m.evolution_message_id = %s AND m.evolution_message_id <> '' OR m.own_message_id = %s AND m.own_message_id <> '')
+       AND i.name = %s AND EXISTS (SELECT 1 FROM saved)
+       AND m.status NOT IN ('QUEUED', 'SENDING')  -- not answered yet: _receipt
      ORDER BY m.id LIMIT 1
 ), {move},
 finished AS (
@@ -165,10 +169,11 @@ def _move_of(payload: dict[str, Any]) -> _Move | None:
         status = RECEIPT_STATUS.get(str(data.get("status", "")))
         if status is None or data.get("fromMe") is False:
             return None
-        before, changes, lines = progress_move(status, timezone.now(), source="evolution",
-                                               evolutionStatus=str(data["status"]))
-        ctes, params = writes.compare_and_set_ctes("(SELECT id FROM target)", [], before, None, changes, lines)
-        return _Move(event, ctes, params, list(lines), _MOVED)
+        # A message found by its own id before its send's answer was recorded takes that id as Evolution's.
+        key_id = inbox.storable(inbox.key_id_of(payload)[:64])
+        ctes, params, lines = lifecycle.advance_ctes("(SELECT id FROM target)", status, timezone.now(), key_id,
+                                                     source="evolution", evolutionStatus=str(data["status"]))
+        return _Move(event, ctes, params, lines, _MOVED)
     if event == "send.message":
         return _Move(event, _NO_MOVE, [], [], "'confirmed'")
     return None
@@ -194,7 +199,7 @@ def _saved_in_one_statement(dedup_key: str, payload: dict[str, Any]) -> str | No
     instance = inbox.storable(str(payload.get("instance"))[:100])
     with prepared_cursor() as cursor:
         cursor.execute(_SAVED_ONE_STATEMENT.format(move=move.ctes, outcome=move.outcome),
-                       [dedup_key, key_id, instance, *move.params])
+                       [dedup_key, key_id, key_id, instance, *move.params])
         finished_id, category = cursor.fetchone()
     return None if finished_id is None else _outcome(move, category)
 
@@ -208,7 +213,7 @@ def _in_one_statement(channel: str, payload: dict[str, Any]) -> str | None:
     row = inbox.row_values(channel, payload)
     if not row["key_id"]:
         return None
-    params = [row["key"], row["key_id"], row["instance"], *move.params, row["key"], row["channel"], row["event"],
+    params = [row["key"], row["key_id"], row["key_id"], row["instance"], *move.params, row["key"], row["channel"], row["event"],
               row["instance"], row["key_id"], row["payload"], row["occurred_at"]]
     with prepared_cursor() as cursor:
         cursor.execute(_ONE_STATEMENT.format(move=move.ctes, outcome=move.outcome), params)
@@ -306,6 +311,8 @@ def _inbound(event: IngestionEvent, data: dict[str, Any]) -> str:
             log.warning("opt-out keyword on %s not applied: %s (inbox %s)", event.instance_name, why, event.pk)
             return "opt_out_sender_unknown"
         return "stored"
+    # The sender is no cold contact of this number any more (the sending policy's quota, the sticky sender).
+    exchanges.received(event.instance_name, phone, event.occurred_at or timezone.now())
     return opt_outs.on_inbound(opt_outs.Inbound(event.instance_name, phone, text, f"inbox:{event.pk}"))
 
 
@@ -378,16 +385,24 @@ def _receipt(event: IngestionEvent, data: dict[str, Any]) -> str:
     if message is None:
         return _no_message(event)
     if status == "ERROR":
+        # SENDING: matched on the message's own id, the error overtook sendText's answer.
         failed = lifecycle.fail(
             message,
             FailureReason.REJECTED,
             "WhatsApp reported an error for this message",
             response={"event": "messages.update", "status": "ERROR", "keyId": event.key_id},
-            from_statuses=(Status.SENT, Status.SERVER_ACK),
+            from_statuses=(Status.SENDING, Status.SENT, Status.SERVER_ACK),
+            extra_update={"evolution_message_id": message.evolution_message_id or event.key_id},
         )
         return "failed" if failed else "stale"
-    if message.advance(RECEIPT_STATUS[status], source="evolution", evolutionStatus=status):
-        return "applied"
+    for _ in range(2):  # once more if its status changed under us (answered meanwhile, a requeue): advance reads it
+        if lifecycle.advance(message, RECEIPT_STATUS[status], key_id=event.key_id, source="evolution",
+                             evolutionStatus=status):
+            return "applied"
+        seen = message.status
+        message.refresh_from_db(fields=["status"])
+        if message.status == seen:
+            break
     return "stale"
 
 

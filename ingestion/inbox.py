@@ -33,7 +33,7 @@ INSTANCE_NAME_MAX_CHARS: int = Instance._meta.get_field("name").max_length or 10
 _NOT_IN_A_NAME = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 # Credentials travel in the envelope; they are never kept at rest (issue 21). Evolution puts the
-# instance token in `apikey` (evolution-api.md, envelope); the others are the token-like names its
+# instance token in `apikey` (docs/evolution-setup.md, "The envelope"); the others are the token-like names its
 # instance objects carry (fetchInstances: `token`, `wavoipToken`; create: `hash`,
 # `accessTokenWaBusiness`) and the `jwt_key` of its webhook headers, in case a version or a proxy
 # copies them into the envelope. Only the envelope's own fields: `data` is the event's content and

@@ -1,8 +1,8 @@
-"""The Redis fast path of two-layer dedup: one holder per event for two minutes (seeds B).
+"""The Redis fast path of two-layer dedup: one holder per event for two minutes (docs/architecture.md, "Path of an event").
 
 A lock is a filter, never the guard: the inbox's unique key and the row lock in
 handlers.apply decide. So when Redis is unreachable the lock is treated as acquired and
-ingestion carries on (design.md §3).
+ingestion carries on (docs/architecture.md, principle 3).
 
 A holder that saw its event processed (committed) leaves a `done` mark in the lock's place for
 another two minutes instead of deleting it: the other channel's copy, which usually arrives
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 LOCK_PREFIX = "ps:lock:evolution:"
 # Both channels usually deliver within milliseconds of each other; two minutes covers a slow
-# handler without keeping a crashed holder's lock for long (seeds B).
+# handler without keeping a crashed holder's lock for long.
 LOCK_TTL_SECONDS = 120
 # What a holder leaves when its event is processed; a lock token is 32 hex digits, never this.
 DONE = b"done"

@@ -15,7 +15,7 @@ class Channel(models.TextChoices):
 
 class IngestionEvent(models.Model):
     # SHA-256 of the event's stable identity (inbox.dedup_key): the unique index is the truth
-    # for dedup; the Redis lock in front of it is only a fast filter (design.md §3). A Meta
+    # for dedup; the Redis lock in front of it is only a fast filter (architecture principle 3). A Meta
     # constraint rather than unique=True: that would add a second (LIKE) index to every insert.
     dedup_key = models.CharField(max_length=64)
     channel = models.CharField(max_length=8, choices=Channel.choices)

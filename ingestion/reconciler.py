@@ -1,9 +1,13 @@
-"""Ingestion reconciler (seeds B): forward again events saved but never processed.
+"""Ingestion reconciler (docs/architecture.md, "Path of an event"): forward again events saved but never processed.
 
 Covers a crash after an event was saved and before its business logic finished (a consumer
 killed between save and forward, a web process killed mid-request) and receipts that arrived
 before their message's send was committed and missed the `message_sent` hook. The forward
 goes through the webhook handler like any other, so the business logic stays in one place.
+
+An event the webhook keeps refusing is not forwarded forever: after INGESTION_MAX_FORWARDS it is given up,
+marked processed with outcome DEAD (its last error kept, visible in the admin's inbox and counted as
+`reconciler:dead`), and retention prunes it like any finished event.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ BATCH = 500
 DEADLINE_SECONDS = 120.0
 # The web is down or refusing us: stop hammering it, the next tick tries again.
 MAX_CONSECUTIVE_FAILURES = 3
+DEAD = "dead"
 
 
 def default_stale_after() -> timedelta:
@@ -37,6 +42,7 @@ def default_stale_after() -> timedelta:
 def run_batch(limit: int = BATCH, stale_after: timedelta | None = None, deadline_s: float = DEADLINE_SECONDS) -> int:
     """Forward up to `limit` stale unprocessed events; returns how many were accepted."""
     cutoff = timezone.now() - (stale_after if stale_after is not None else default_stale_after())
+    give_up()
     started = time.monotonic()
     forwarded = failures = 0
     # Fewest forwards first, then oldest (partial index ingest_unprocessed): a pass stops after
@@ -61,3 +67,15 @@ def run_batch(limit: int = BATCH, stale_after: timedelta | None = None, deadline
             metrics.evolution("reconciler:forward_fail")
             log.warning("reconciler: forward of event %s failed: %s", pk, error)
     return forwarded
+
+
+def give_up() -> int:
+    """Mark the unprocessed events forwarded INGESTION_MAX_FORWARDS times as dead; how many."""
+    dead = IngestionEvent.objects.filter(
+        processed_at__isnull=True, forward_attempts__gte=settings.INGESTION_MAX_FORWARDS
+    ).update(processed_at=timezone.now(), outcome=DEAD)
+    if dead:
+        metrics.evolution("reconciler:dead", dead)
+        log.warning("reconciler: %d event(s) given up after %d forwards (outcome %r; last_error says why)",
+                    dead, settings.INGESTION_MAX_FORWARDS, DEAD)
+    return dead

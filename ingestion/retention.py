@@ -3,7 +3,7 @@
 The inbox holds raw payloads, inbound customer messages among them; once processed, a row only
 serves dedup, and Evolution stops redelivering an event within hours (its webhook retries end after
 about ten attempts). Unprocessed rows are kept whatever their age: the ingestion reconciler still owes
-them a forward. Each statement deletes at most BATCH rows picked `FOR UPDATE SKIP LOCKED` through the
+them a forward (one it gave up on is processed, outcome `dead`: ingestion.reconciler). Each statement deletes at most BATCH rows picked `FOR UPDATE SKIP LOCKED` through the
 BRIN index on received_at (a row being processed is left for the next pass); a pass stops at
 RETENTION_PASS_SECONDS.
 """

@@ -20,7 +20,7 @@ from messaging.models import Instance
 from pilot_status import heartbeats, jsonbody, metrics, observe
 from pilot_status.errors import error_response
 
-from . import auth, inbox, receive
+from . import auth, inbox, receive, sizes
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +48,21 @@ def _webhook_or_503(request: HttpRequest) -> HttpResponse:
 
 def _webhook(request: HttpRequest) -> HttpResponse:
     # The bounded reader (depth, numbers, UTF-8): a hostile body is a JsonBodyError, never a
-    # RecursionError. The body itself is bounded by DATA_UPLOAD_MAX_MEMORY_SIZE.
+    # RecursionError. The body itself is bounded by EVOLUTION_EVENT_MAX_BYTES (ingestion.sizes), which
+    # admits Evolution's real events: refusing one larger is all that can be done before reading it.
     try:
-        payload: Any = jsonbody.loads(request.body)
+        raw = sizes.read_body(request)
+    except sizes.EventTooLarge:
+        metrics.evolution("webhook:too_large")
+        log.warning("webhook: an event over EVOLUTION_EVENT_MAX_BYTES (%d) refused", settings.EVOLUTION_EVENT_MAX_BYTES)
+        return error_response(413, "event_too_large", "The event is larger than this service takes.",
+                              {"limitBytes": settings.EVOLUTION_EVENT_MAX_BYTES})
+    try:
+        payload: Any = jsonbody.loads(raw)
         parsed, problem = True, ""
     except jsonbody.JsonBodyError as exc:
         payload, parsed, problem = None, False, exc.reason
-    # Who is calling comes first (contract §6: anything not authenticated is 401 and stores
+    # Who is calling comes first (docs/security.md: anything not authenticated is 401 and stores
     # nothing): only a caller we know (an instance, or our own processes) learns what is wrong
     # with its body.
     forwarded = isinstance(payload, dict) and payload.get("already_saved") is True

@@ -1,35 +1,27 @@
-"""The one way in for a message: check the funnel, then one atomic write (design.md §1).
+"""The one way in for a message: check the funnel, then one atomic write (docs/architecture.md, principle 1).
 
-The write stores the message, its first timeline event, its outbox entry and (when asked) the
-idempotent answer, and NOTIFYs the relay. No broker, Redis or HTTP call sits on this path, so
-accepting keeps working while they are down.
+The write (messaging.lifecycle.accept) stores the message, its first timeline event, its outbox entry
+and (when asked) the idempotent answer, and NOTIFYs the relay. No broker, Redis or HTTP call sits on
+this path, so accepting keeps working while they are down.
 
 Accepting is the API's hot path (issue 7, docs/benchmarks.md B1), so it costs two database round
 trips: one SELECT reads everything the funnel needs (messaging.funnel: the stored Idempotency-Key
-answer, the opt-in, the candidate instances), and one statement writes every row: data-modifying
-CTEs composed from the INSERTs Django's insert compiler writes for save() (a single statement is
-atomic by itself, so no BEGIN/COMMIT either). Usually the read is skipped too (messaging.remembered).
-ACCEPT_ONE_STATEMENT=0 writes the same rows the plain way instead: save() inside transaction.atomic().
+answer, the opt-in, the candidate instances), and one statement writes every row (messaging.inserts).
+Usually the read is skipped too (messaging.remembered).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
-from django.db.models import Model, sql
-from django.db.models.constants import OnConflict
-from django.db.models.fields import AutoFieldMixin
-from django.db.models.signals import post_save
 from django.utils import timezone
 
 from pilot_status.database import checking_connection
 
-from . import remembered, rules
+from . import inserts, lifecycle, remembered, rules
 from .errors import Rejected
 from .funnel import IDEMPOTENCY_TTL as IDEMPOTENCY_TTL  # messaging.reconciler's, too
 from .funnel import judge, read_facts
@@ -45,10 +37,7 @@ from .models import (
     Project,
     Typing,
 )
-from .prepared import prepared_cursor
 from .representations import accepted_body
-
-OUTBOX_CHANNEL = "outbox"
 
 
 @dataclass(frozen=True)
@@ -80,152 +69,25 @@ def revoked_key() -> Rejected:
 def refuse_if_revoked(api_key: ApiKey | None) -> None:
     """401 for a key revoked since this process cached it (authentication caches keys for a few
     seconds). A valid send learns it from the funnel's read; a refused body asks here, so that the
-    key still answers first (contract §3)."""
+    key still answers first (docs/api.md)."""
     if api_key is not None and not ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).exists():
         raise revoked_key()
 
 
 def check_funnel(project: Project, environment: str, req: SendRequest) -> Instance:
     """The funnel checks after the payload (environment, instance, opt-in). Returns the instance."""
-    return judge(project, environment, req, read_facts(project, req, None, timezone.now()))
+    return judge(project, environment, req, read_facts(project, environment, req, None, timezone.now()))
 
 
-def find_idempotent_answer(project: Project, key: str, now: datetime | None = None) -> IdempotencyRecord | None:
+def find_idempotent_answer(
+    project: Project, environment: str, key: str, now: datetime | None = None
+) -> IdempotencyRecord | None:
+    """The live answer for an Idempotency-Key in the project's namespace for this environment: a TEST
+    send's key never answers (nor conflicts with) a LIVE send."""
     cutoff = (now or timezone.now()) - IDEMPOTENCY_TTL
-    return IdempotencyRecord.objects.filter(project=project, key=key, created_at__gte=cutoff).first()
-
-
-# ---- the outbox -----------------------------------------------------------------------------
-
-def enqueue(message: Message, available_at: datetime | None = None) -> OutboxEntry:
-    """Add an outbox entry for the relay; call inside the transaction that changed the message."""
-    entry = OutboxEntry.objects.create(
-        message=message,
-        project_id_copy=message.project_id,
-        lane=message.lane,
-        priority=1 if message.priority == Priority.URGENT else 0,
-        available_at=available_at or timezone.now(),
-    )
-    notify_relay(message.lane)
-    return entry
-
-
-def notify_relay(lane: str) -> None:
-    # Delivered at commit, so the relay never wakes up for a row it cannot see yet.
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [OUTBOX_CHANNEL, lane])
-
-
-# ---- the write: one statement, from Django's insert compiler (ACCEPT_ONE_STATEMENT) ------
-
-# The idempotent answer's claim: an answer older than the cutoff is replaced in place.
-_CLAIM_CONFLICT = {
-    "on_conflict": OnConflict.UPDATE,
-    "unique_fields": [IdempotencyRecord._meta.get_field(name) for name in ("project", "key")],
-    "update_fields": [IdempotencyRecord._meta.get_field(name)
-                      for name in ("request_hash", "status_code", "response", "created_at")],
-}
-_VALUES = re.compile(r" VALUES \(([^()]*)\)")
-
-
-def _insert(obj: Model, source: str | None, **on_conflict: Any) -> tuple[str, list[Any]]:
-    """The INSERT of obj as Django's insert compiler writes it for save() (pre_save(),
-    get_db_prep_save(), placeholders), and its parameters. With a source (a CTE's name) the row is
-    selected FROM it instead of VALUES: when the source has no row, nothing is inserted.
-
-    Empty nullable columns are left out (their default is NULL): a message has ten empty timestamps,
-    and the whole statement stays under psycopg's limit for caching its parsed form (50 parameters).
-    """
-    meta = obj._meta
-    fields = [f for f in meta.concrete_fields
-              if not isinstance(f, AutoFieldMixin) and not (f.null and getattr(obj, f.attname) is None)]
-    query = sql.InsertQuery(type(obj), **on_conflict)
-    query.insert_values(fields, [obj])
-    [(statement, params)] = query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
-    if source is not None:
-        statement, replaced = _VALUES.subn(lambda values: f" SELECT {values[1]} FROM {source}", statement, count=1)
-        if not replaced:
-            raise AssertionError(f"not a one-row INSERT … VALUES: {statement}")
-    return statement, list(params)
-
-
-def _write(
-    rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime, guard: tuple[str, list[Any]] | None = None
-) -> bool:
-    """Insert rows (and claim the Idempotency-Key first), NOTIFY the relay; False when the key is held.
-
-    With a claim, every row depends on it: when the key is already held by a live answer (or by
-    a racing request, whose commit this waits for), nothing is written and this returns False.
-    An expired answer for the key is replaced in place (the reconciler purges the rest).
-    With a guard (an SQL condition and its parameters), nothing is written unless it holds.
-    ACCEPT_ONE_STATEMENT=0: the same rows through the ORM (_write_through_orm), without a guard.
-    """
-    if not settings.ACCEPT_ONE_STATEMENT:
-        if guard is not None:
-            raise ValueError("a guarded write needs ACCEPT_ONE_STATEMENT")
-        return _write_through_orm(rows, claim, cutoff)
-    ctes: list[str] = []
-    params: list[Any] = []
-    source = None
-    if guard is not None:
-        ctes.append(f"guard AS (SELECT 1 WHERE {guard[0]})")
-        params += guard[1]
-        source = "guard"
-    if claim is not None:
-        statement, values = _insert(claim, source, **_CLAIM_CONFLICT)
-        ctes.append(f"claim AS ({statement} WHERE {claim._meta.db_table}.created_at < %s RETURNING 1)")
-        params += [*values, cutoff]
-        source = "claim"
-    for i, obj in enumerate(rows):
-        statement, values = _insert(obj, source)
-        returning = " RETURNING lane" if isinstance(obj, OutboxEntry) else ""
-        ctes.append(f"w{i} AS ({statement}{returning})")
-        params += values
-    outbox = next(i for i, obj in enumerate(rows) if isinstance(obj, OutboxEntry))
-    with prepared_cursor() as cursor:
-        cursor.execute(f"WITH {', '.join(ctes)} SELECT pg_notify(%s, w{outbox}.lane) FROM w{outbox}",
-                       [*params, OUTBOX_CHANNEL])
-        written = cursor.fetchone() is not None
-    if written:
-        _saved(rows, claim)
-    return written
-
-
-def _saved(rows: list[Model], claim: IdempotencyRecord | None) -> None:
-    """What save() does after its INSERT, which the one statement did instead: the instances are
-    stored, and post_save goes out (ps:metrics:messages:* are counted from the timeline's)."""
-    for obj in [claim, *rows] if claim is not None else rows:
-        obj._state.adding = False
-        obj._state.db = DEFAULT_DB_ALIAS
-        post_save.send(sender=type(obj), instance=obj, created=True, update_fields=None, raw=False,
-                       using=DEFAULT_DB_ALIAS)
-
-
-class _KeyHeld(Exception):
-    """The Idempotency-Key has a live answer: the ORM write rolls back."""
-
-
-def _write_through_orm(rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime) -> bool:
-    """The plain Django way (ACCEPT_ONE_STATEMENT=0): the same rows by save() in one transaction.
-
-    An expired answer for the key is deleted first; inserting the claim then waits for a racing
-    request's commit like the one statement does, and its unique key refuses a live answer."""
-    try:
-        with transaction.atomic():
-            if claim is not None:
-                IdempotencyRecord.objects.filter(
-                    project_id=claim.project_id, key=claim.key, created_at__lt=cutoff
-                ).delete()
-                try:
-                    claim.save(force_insert=True)
-                except IntegrityError as held:
-                    raise _KeyHeld from held
-            for obj in rows:
-                obj.save(force_insert=True)
-            notify_relay(next(obj.lane for obj in rows if isinstance(obj, OutboxEntry)))
-    except _KeyHeld:
-        return False
-    return True
+    return IdempotencyRecord.objects.filter(
+        project=project, environment=environment, key=key, created_at__gte=cutoff
+    ).first()
 
 
 def accept_message(
@@ -248,17 +110,17 @@ def accept_message(
         body = _accept_on_seen(asked, seen)
         if body is not None:
             return body
-    facts = read_facts(project, req, idempotency_key, asked.now, api_key)
+    facts = read_facts(project, environment, req, idempotency_key, asked.now, api_key)
     if remembering:
-        remembered.remember(project, req, facts)
-    if not facts.key_active:  # revoked since this process cached it: the key answers first (contract §3)
+        remembered.remember(project, environment, req, facts)
+    if not facts.key_active:  # revoked since this process cached it: the key answers first (docs/api.md)
         raise revoked_key()
     if facts.answer is not None:
         raise AnsweredBefore(facts.answer)
     rows, claim, body = _rows(asked, judge(project, environment, req, facts))
-    if not _write(rows, claim, asked.now - IDEMPOTENCY_TTL):
+    if not lifecycle.accept(*rows, claim, asked.now - IDEMPOTENCY_TTL):
         # A racing request with the same key committed first: its answer is the answer.
-        record = find_idempotent_answer(project, idempotency_key or "", asked.now)
+        record = find_idempotent_answer(project, environment, idempotency_key or "", asked.now)
         if record is None:
             raise RuntimeError(f"Idempotency-Key {idempotency_key!r} is held but has no live answer")
         raise AnsweredBefore(record)
@@ -278,7 +140,9 @@ class _Accepting:
     now: datetime
 
 
-def _rows(asked: _Accepting, instance: Instance) -> tuple[list[Model], IdempotencyRecord | None, dict[str, Any]]:
+def _rows(
+    asked: _Accepting, instance: Instance
+) -> tuple[tuple[Message, MessageEvent, OutboxEntry], IdempotencyRecord | None, dict[str, Any]]:
     """The message, its ACCEPTED line and outbox entry, the Idempotency-Key's answer, and the 202 body."""
     project, api_key, req, now = asked.project, asked.api_key, asked.req, asked.now
     deliver_until = req.deliver_until or rules.deliver_until_for(req.category, now)
@@ -322,10 +186,10 @@ def _rows(asked: _Accepting, instance: Instance) -> tuple[list[Model], Idempoten
     claim = None
     if asked.idempotency_key:
         claim = IdempotencyRecord(
-            project=project, key=asked.idempotency_key, request_hash=asked.request_hash, status_code=202,
+            project=project, environment=asked.environment, key=asked.idempotency_key, request_hash=asked.request_hash, status_code=202,
             response=body, created_at=now,
         )
-    return [message, event, entry], claim, body
+    return (message, event, entry), claim, body
 
 
 def _accept_on_seen(asked: _Accepting, seen: rules.InstanceCandidates) -> dict[str, Any] | None:
@@ -334,12 +198,13 @@ def _accept_on_seen(asked: _Accepting, seen: rules.InstanceCandidates) -> dict[s
     if plan is None:
         return None
     rows, claim, body = _rows(asked, plan.instance)
-    guard = remembered.guard(asked.project, asked.api_key, asked.req, seen, plan)
+    guard = remembered.guard(asked.project, asked.environment, asked.api_key, asked.req, seen, plan)
     return body if _write_checking_connection(rows, claim, asked.now - IDEMPOTENCY_TTL, guard) else None
 
 
 def _write_checking_connection(
-    rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime, guard: tuple[str, list[Any]]
+    rows: tuple[Message, MessageEvent, OutboxEntry], claim: IdempotencyRecord | None, cutoff: datetime,
+    guard: tuple[str, list[Any]],
 ) -> bool:
     """The guarded write as the request's first statement, doubling as its connection health check
     (pilot_status.database). A write is not run twice blindly: when the connection turns out dead,
@@ -350,10 +215,10 @@ def _write_checking_connection(
         nonlocal first
         if first:
             first = False
-            return _write(rows, claim, cutoff, guard)
+            return lifecycle.accept(*rows, claim, cutoff, guard)
         # The connection was replaced: did the dead one commit our statement before it broke?
         if Message.objects.filter(pk=rows[0].pk).exists():
-            _saved(rows, claim)
+            inserts.saved(list(rows), claim)
             return True
         return False
 

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 
 from . import resend
 from .errors import Rejected
-from .models import ApiKey, DeadLetter, Instance, Message, MessageEvent, OptIn, Project
+from .models import ApiKey, DeadLetter, Instance, Message, MessageEvent, OptIn, Project, SendSchedule
 
 
 class ApiKeyInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -49,15 +49,25 @@ class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 @admin.register(Instance)
 class InstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
-        "name", "project", "is_official", "priority", "connection_state", "circuit", "send_rate_per_second",
-        "last_gateway_error", "state_changed_at",
+        "name", "project", "is_official", "send_profile", "health_state", "priority", "connection_state", "circuit",
+        "send_rate_per_second", "last_gateway_error", "state_changed_at",
     )
-    list_filter = ("connection_state", "is_official")
+    list_filter = ("connection_state", "is_official", "send_profile", "health_state")
     search_fields = ("name",)
     readonly_fields = (
         "token_salt", "evolution_token_hash", "state_changed_at", "circuit", "last_gateway_error",
-        "last_gateway_error_at",
+        "last_gateway_error_at", "sending_now", "honours_message_id",
     )
+
+    @admin.display(description="sending now")
+    def sending_now(self, obj: Instance) -> str:
+        # The number's schedule under its policy (messaging.sending.slots; docs/sending-policy.md).
+        schedule = SendSchedule.objects.filter(instance=obj).first()
+        if schedule is None:
+            return "no send yet"
+        busy = f"one send in flight until {schedule.reserved_until:%H:%M:%S}" if schedule.reserved_by else "free"
+        return (f"{busy}; next send from {schedule.next_send_at or '—'}; this hour {schedule.hour_sent}, today "
+                f"{schedule.day_sent} ({schedule.day_cold} cold contacts); first send {schedule.first_send_at or '—'}")
 
     @admin.display(description="circuit")
     def circuit(self, obj: Instance) -> str:
@@ -94,14 +104,19 @@ class MessageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def outcome_unknown(self, obj: Message) -> bool:
         return obj.outcome_unknown
 
-    search_fields = ("=id", "to", "=evolution_message_id")
-    search_help_text = "Message id, recipient (+E.164) or Evolution message id"
+    search_fields = ("=id", "to", "=evolution_message_id", "=own_message_id")
+    search_help_text = "Message id, recipient (+E.164), Evolution message id or the WhatsApp id its sends carry"
     list_select_related = ("project", "instance")
     readonly_fields = [f.name for f in Message._meta.fields] + ["dead_letter_link"]
     inlines = [MessageEventInline]
     date_hierarchy = "created_at"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A view, never a form: saving one would write the whole row back, its status as read at the start of
+        # the request over a move made meanwhile. A status changes only through messaging.lifecycle.
         return False
 
     @admin.display(description="dead letter")
@@ -119,7 +134,7 @@ class DeadLetterAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "id", "project", "message_link", "recipient", "category", "reason", "outcome_unknown", "status", "attempts",
         "created_at", "resolved_by", "resolved_at",
     )
-    list_filter = ("status", "reason", "message__category", "project", "created_at")
+    list_filter = ("status", "reason", "message__category", "message__environment", "project", "created_at")
     search_fields = ("=id", "=message__id", "=message__to", "resolved_by")
     search_help_text = "Dead letter id, message id, recipient (+E.164) or who resolved it"
     list_select_related = ("project", "message")
@@ -222,6 +237,7 @@ class MessageEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(OptIn)
 class OptInAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("phone", "project", "source", "created_at", "revoked_at", "revoked_source", "revoked_reference")
+    list_display = ("phone", "project", "environment", "source", "created_at", "revoked_at", "revoked_source",
+                    "revoked_reference")
     search_fields = ("phone",)
-    list_filter = ("project", "revoked_source")
+    list_filter = ("project", "environment", "revoked_source")

@@ -1,10 +1,8 @@
-"""The messaging domain's fixed vocabularies: categories, statuses and their order, failure reasons, timeline
-kinds. The models (messaging.models) store them; everything else imports them from there or from here."""
+"""The messaging domain's fixed vocabularies: categories, statuses, failure reasons, timeline kinds. The models
+(messaging.models) store them; everything else imports them from there or from here. How a status may change is
+messaging.lifecycle's."""
 
 from __future__ import annotations
-
-from datetime import datetime
-from typing import Any
 
 from django.db import models
 
@@ -42,37 +40,6 @@ class Status(models.TextChoices):
     FAILED = "FAILED", "Failed"
 
 
-# Delivery progress only moves right. FAILED is terminal except through a force resend.
-PROGRESS = [Status.SENT, Status.SERVER_ACK, Status.DELIVERED, Status.READ]
-
-
-STAMPS = {
-    Status.SENT: "sent_at",
-    Status.SERVER_ACK: "server_ack_at",
-    Status.DELIVERED: "delivered_at",
-    Status.READ: "read_at",
-}
-
-
-def progress_move(status: str, at: datetime, **detail: Any) -> tuple[list[str], dict[str, Any], list[Any]]:
-    """What a receipt moving a message forward to `status` writes, for a compare-and-set: the
-    statuses it may move from, the column changes and its timeline line."""
-    from .writes import KeepEarlier, TimelineLine
-
-    stamp = STAMPS[Status(status)]
-    # A receipt that overtakes an earlier one (DELIVERY_ACK before SERVER_ACK, common when the
-    # two channels race) implies the earlier steps: fill their times if they are still empty.
-    implied = {STAMPS[earlier]: KeepEarlier(at) for earlier in PROGRESS[1 : PROGRESS.index(Status(status))]}
-    changes = {"status": status, "updated_at": at, **implied, stamp: at}
-    return statuses_before(status), changes, [TimelineLine(EventKind.STATUS, {"status": status, **detail}, at)]
-
-
-def statuses_before(status: str) -> list[str]:
-    """Statuses from which `status` is a forward move (used by compare-and-set updates)."""
-    order = [Status.QUEUED, Status.SENDING, *PROGRESS]
-    return [s.value for s in order[: order.index(Status(status))]]
-
-
 class FailureReason(models.TextChoices):
     INSTANCE_NOT_FOUND = "INSTANCE_NOT_FOUND", "Instance not found on Evolution"
     INVALID_RECIPIENT = "INVALID_RECIPIENT", "Number is not on WhatsApp"
@@ -81,12 +48,44 @@ class FailureReason(models.TextChoices):
     REJECTED = "REJECTED", "Rejected by WhatsApp"
     # An answer was lost and Evolution's records could not show whether that send went out.
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN", "May have been delivered: the outcome of a send is unknown"
+    # The sending policy (docs/sending-policy.md): no instance of the project knew the recipient or had cold
+    # contacts left before deliverUntil.
+    NO_WARM_INSTANCE = "NO_WARM_INSTANCE", "No instance could reach this cold contact in time"
+    # The recipient's consent ended before it was sent (an opt-out keyword, a revocation): never sent, and
+    # resent only once a new opt-in is recorded (messaging.consent).
+    OPTED_OUT = "OPTED_OUT", "The recipient opted out before it was sent"
 
 
 class ConnectionState(models.TextChoices):
     OPEN = "open", "open"
     CONNECTING = "connecting", "connecting"
     CLOSE = "close", "close"
+
+
+class SendProfile(models.TextChoices):
+    """How a number is paced (messaging.sending.policy, docs/sending-policy.md)."""
+
+    UNOFFICIAL = "unofficial", "Unofficial (Baileys): human pace"
+    OFFICIAL = "official", "Official (Cloud API): Meta's throughput and pair rate"
+
+
+class HealthState(models.TextChoices):
+    """A number's standing with WhatsApp as the product judges it; `resting` holds its sends."""
+
+    HEALTHY = "healthy", "healthy"
+    AT_RISK = "at_risk", "at risk"
+    RESTING = "resting", "resting"
+    RESTRICTED = "restricted", "restricted"
+
+
+class WaitingReason(models.TextChoices):
+    """Why the sending policy holds a message (a WAITING line's `why`, the API's `waitingReason`)."""
+
+    PACING = "pacing", "the number's gap between sends"
+    HOURLY_CAP = "hourly_cap", "the number's hourly cap"
+    DAILY_CAP = "daily_cap", "the number's daily cap"
+    WARMING_UP = "warming_up", "the number's warm-up ramp"
+    RESTING = "resting", "the number is resting"
 
 
 class EventKind(models.TextChoices):
@@ -105,6 +104,8 @@ class EventKind(models.TextChoices):
     # it stops asking. The message keeps its status (SENT or SERVER_ACK).
     SYNC_STOPPED = "SYNC_STOPPED", "Status checks stopped"
     CHECKED = "CHECKED", "Lost answer checked with Evolution"
+    # SENT for ACK_TIMEOUT_SECONDS and WhatsApp never acknowledged it (no SERVER_ACK): flagged, status kept.
+    UNACKNOWLEDGED = "UNACKNOWLEDGED", "Sent, never acknowledged by WhatsApp"
 
 
 # The timeline lines that are a change of status a customer sees: each owes a `message.status`

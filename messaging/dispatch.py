@@ -1,4 +1,4 @@
-"""The outbox relay: move due work from Postgres to the lane queues (design.md §2, §4, §5).
+"""The outbox relay: move due work from Postgres to the lane queues (docs/architecture.md, principles 2, 4, 5).
 
 `release_due` is one unit of work. Per lane it:
 - keeps the lane's broker queue shallow: at most `RELAY_LANE_DEPTH` ready tasks (`RELAY_LANE_DEPTH_OTP`
@@ -9,7 +9,8 @@
 - paces each instance with a token bucket (`sending.pacing`), so a backlog released by a
   reconnect or the end of an outage reaches Evolution at the instance's rate cap;
 - claims the chosen rows with SKIP LOCKED (several relays may run), publishes one task per row
-  and deletes the rows in the same transaction.
+  and releases the rows in the same transaction (`lifecycle.release`: out of the outbox, their
+  messages stamped dispatched).
 The release commits only once the broker has confirmed every task of it (`lane_publisher`): if
 publishing fails or is not confirmed the transaction rolls back and the rows wait for the next pass;
 if the relay dies after publishing but before committing, a task is published twice and the worker's
@@ -18,7 +19,6 @@ lease claim turns the second into a no-op. Rows held back (depth or pace) simply
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import defaultdict
@@ -31,9 +31,10 @@ from django.utils import timezone
 
 from pilot_status.celery import LANES, app
 
+from . import lifecycle
 from .lane_publisher import LanePublisher
-from .models import EventKind, Message, OutboxEntry, Status
-from .sending import pacing
+from .models import Message, OutboxEntry
+from .sending import human_pace, pacing
 
 log = logging.getLogger(__name__)
 
@@ -73,38 +74,10 @@ ORDER BY c.turn, p.pid
 # joined into the query above, the planner (misled by the recursive CTE's row estimate, or by stale
 # statistics right after a bulk insert) may read the whole message table on every pass.
 _CANDIDATE_MESSAGES = """
-SELECT m.id, m.instance_id, i.send_rate_per_second, m.next_attempt_at > %(now)s
+SELECT m.id, m.instance_id, COALESCE((i.send_policy->>'rate_per_second')::float8, i.send_rate_per_second),
+       m.next_attempt_at > %(now)s, i.send_profile = 'unofficial', m.deliver_until
 FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
 WHERE m.id = ANY(%(ids)s)
-"""
-
-
-# The released rows leave the outbox, their messages are stamped and their timelines say so: one
-# statement inside the release's transaction.
-_RELEASED = """
-WITH released AS (
-    DELETE FROM messaging_outboxentry WHERE id = ANY(%(ids)s) RETURNING message_id
-), stamped AS (
-    -- = ANY(ARRAY(...)), not IN (SELECT ...): an index condition on the primary key whatever the
-    -- statistics say. With IN, a planner that believed the table empty scanned all of it once per
-    -- released row (0.5-1 s per pass in bench B6; tests/messaging/test_relay_plans.py).
-    -- Only a queued message is stamped and listed: an entry whose release the broker confirmed but that never
-    -- committed (the relay's connection lost at the commit) is back while its task sends the message; released
-    -- again later, it leaves the outbox with no stamp and no line after the send, and its task claims nothing.
-    -- The status is tested in the SET, not the WHERE: there the planner may prefer the index of unfinished
-    -- messages to the primary key (the same test file).
-    UPDATE messaging_message
-       SET dispatched_at = CASE WHEN status = %(queued)s THEN %(now)s ELSE dispatched_at END
-     WHERE id = ANY(ARRAY(SELECT message_id FROM released))
-    RETURNING id, hold_reason, status
-)
--- The line's time is never before the commit that made the entry visible (clock_timestamp()): a pass
--- that read its clock before an accept or a resend committed still lists DISPATCHED after it.
--- A held message (hold_reason set by lifecycle.requeue) gets no line: its WAITING line says it all,
--- and one per cycle made a 4-hour hold hundreds of lines long.
-INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
-SELECT id, %(kind)s, '', %(detail)s::jsonb, GREATEST(%(now)s, clock_timestamp()) FROM stamped
- WHERE hold_reason IS NULL AND status = %(queued)s
 """
 
 
@@ -148,6 +121,8 @@ class Candidate:
     project_id: int = 0
     turn: int = 1
     early: bool = False  # made due before its message's next_attempt_at (a reconnect)
+    human: bool = False  # an unofficial number: released one at a time by its sending policy (human_pace)
+    deliver_until: datetime | None = None
 
 
 class TurnOrder:
@@ -250,9 +225,10 @@ def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[C
         if not turns:
             return [], False
         cursor.execute(_CANDIDATE_MESSAGES, {"now": now, "ids": [mid for _, mid, _, _ in turns]})
-        messages = {mid: (iid, rate, early) for mid, iid, rate, early in cursor.fetchall()}
+        messages = {mid: row for mid, *row in cursor.fetchall()}
     rows = [
-        Candidate(pk, str(mid), *messages[mid][:2], project_id=pid, turn=turn, early=messages[mid][2])
+        Candidate(pk, str(mid), messages[mid][0], messages[mid][1], project_id=pid, turn=turn,
+                  early=messages[mid][2], human=messages[mid][3], deliver_until=messages[mid][4])
         for pk, mid, pid, turn in turns
         if mid in messages
     ]
@@ -305,20 +281,24 @@ def release_lane(lane: str, slots: int, now: datetime) -> Release:
             .values_list("pk", flat=True)
         )
         clock.mark("lock")
-        chosen = paced([c for c in candidates if c.pk in locked], slots, lane)
+        mine = [c for c in candidates if c.pk in locked]
+        chosen = paced([c for c in mine if not c.human], slots, lane)
+        human = [c for c in mine if c.human]
+        later: dict[Candidate, human_pace.Hold] = {}
+        if human:
+            let_go, later = human_pace.release(human, slots - len(chosen), lane, now)
+            chosen += let_go
+            human_pace.hold(later, now)  # not due now: no longer counted as held back
         clock.mark("pace")
-        held = len(candidates) - len(chosen)
+        held = len(candidates) - len(chosen) - len(later)
         if truncated:
             held += 1  # more may be waiting beyond what we looked at
         if not chosen:
             return Release(0, held, clock.phases)
-        # Stamped and recorded before the publish, in the same transaction: the message rows stay locked
-        # until the commit, so a worker's claim waits for it and no DISPATCHED line can follow the lines
-        # of an attempt that answered at once (a nack or a timeout still rolls all of it back).
-        with connection.cursor() as cursor:
-            cursor.execute(_RELEASED, {"ids": [c.pk for c in chosen], "now": now, "kind": EventKind.DISPATCHED,
-                                       "queued": Status.QUEUED,
-                                       "detail": json.dumps({"lane": lane})})
+        # Released before the publish, in the same transaction: the message rows stay locked until the commit,
+        # so a worker's claim waits for it and no DISPATCHED line can follow the lines of an attempt that
+        # answered at once (a nack or a timeout still rolls all of it back).
+        lifecycle.release([c.pk for c in chosen], lane, now)
         lane_publisher().publish(lane, (candidate.message_id for candidate in chosen))
         clock.mark("publish")
     clock.mark("commit")

@@ -1,7 +1,7 @@
 """The accept funnel's read and judgement: everything the checks need, in one query (issue 7, B1).
 
-One SELECT reads whether the API key is still active, the stored answer for the Idempotency-Key,
-the opt-in and the best candidate instance of each group; judge() then applies the contract's
+One SELECT reads whether the API key is still active, the stored answer for the Idempotency-Key and
+the opt-in (both of the key's environment: the sandbox rule) and the best candidate instance of each group; judge() then applies the contract's
 checks in order (plain functions in `rules`). messaging.accept writes on what they decide.
 """
 
@@ -61,13 +61,15 @@ def _facts_sql(named: bool, shared: bool) -> str:
     return f"""
         SELECT f.opted_in, f.key_active, {record_columns}, c.*
         FROM (SELECT EXISTS (SELECT 1 FROM {OptIn._meta.db_table}
-                             WHERE project_id = %(project)s AND phone = %(to)s AND revoked_at IS NULL)
+                             WHERE project_id = %(project)s AND environment = %(environment)s
+                               AND phone = %(to)s AND revoked_at IS NULL)
               AS opted_in,
               (%(api_key)s::bigint IS NULL OR EXISTS (SELECT 1 FROM {ApiKey._meta.db_table}
                                                       WHERE id = %(api_key)s::bigint AND revoked_at IS NULL))
               AS key_active) AS f
         LEFT JOIN {IdempotencyRecord._meta.db_table} AS r
-               ON r.project_id = %(project)s AND r.key = %(key)s AND r.created_at >= %(cutoff)s
+               ON r.project_id = %(project)s AND r.environment = %(environment)s AND r.key = %(key)s
+                  AND r.created_at >= %(cutoff)s
         LEFT JOIN ({" UNION ALL ".join(candidates)}) AS c ON true
     """
 
@@ -91,15 +93,17 @@ def _read(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def read_facts(
-    project: Project, req: SendRequest, idempotency_key: str | None, now: datetime, api_key: ApiKey | None = None
+    project: Project, environment: str, req: SendRequest, idempotency_key: str | None, now: datetime,
+    api_key: ApiKey | None = None,
 ) -> FunnelFacts:
-    """Whether the API key is still active, the stored answer for the Idempotency-Key, the opt-in and
-    the candidate instances: one query."""
+    """Whether the API key is still active, the environment's stored answer for the Idempotency-Key and
+    opt-in, and the candidate instances: one query."""
     named = bool(req.instance)
     shared = not named and req.category != "MARKETING"
     params: dict[str, Any] = {
         "api_key": api_key.pk if api_key is not None else None,
         "project": project.pk,
+        "environment": environment,
         "to": req.to,
         "key": idempotency_key,
         "cutoff": now - IDEMPOTENCY_TTL,

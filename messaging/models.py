@@ -1,7 +1,7 @@
 """The messaging domain: tenants, keys, instances, messages, their timeline, the outbox, dead letters.
 
-Status changes are compare-and-set UPDATEs that only move forward (design.md §3); each one
-writes a MessageEvent so that the timeline is the audit trail.
+A message's status changes only through messaging.lifecycle: compare-and-set UPDATEs that only move
+forward (docs/architecture.md, principle 3), each with its MessageEvent, so that the timeline is the audit trail.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import secrets
 import uuid
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -23,8 +22,6 @@ from django.utils import timezone
 
 # The vocabularies are also imported from here (`X as X`: an explicit re-export).
 from .choices import (
-    PROGRESS as PROGRESS,
-    STAMPS as STAMPS,
     STATUS_LINE_KINDS as STATUS_LINE_KINDS,
     Category as Category,
     ConnectionState as ConnectionState,
@@ -32,13 +29,13 @@ from .choices import (
     Environment as Environment,
     EventKind as EventKind,
     FailureReason as FailureReason,
+    HealthState as HealthState,
     Priority as Priority,
+    SendProfile as SendProfile,
     Status as Status,
     Typing as Typing,
-    progress_move as progress_move,
-    statuses_before as statuses_before,
 )
-from .querysets import MessageQuerySet, ProjectScopedQuerySet
+from .querysets import DeadLetterQuerySet, MessageQuerySet, ProjectScopedQuerySet
 
 
 
@@ -161,10 +158,36 @@ class Instance(models.Model):
     send_rate_per_second = models.FloatField(
         null=True, blank=True, help_text="Send pace cap for this number; empty: SEND_RATE_PER_INSTANCE"
     )
+    # How the number is paced (messaging.sending.policy, docs/sending-policy.md): a new number is taken for a
+    # Baileys one, the kind WhatsApp bans for machine-like sending, until someone says it is a Cloud API number.
+    send_profile = models.CharField(
+        max_length=12, choices=SendProfile.choices, default=SendProfile.UNOFFICIAL,
+        help_text="unofficial: human pace (one send at a time, jittered gaps, caps with warm-up, cold-contact "
+        "quota); official: a Cloud API number (Meta's throughput and pair rate)",
+    )
+    send_policy = models.JSONField(
+        default=dict, blank=True,
+        help_text='Overrides of the profile\'s values, e.g. {"hourly_max": 60}; empty: the documented defaults',
+    )
+    # The number's standing, moved by the health governor (messaging.governor) or an operator: `at_risk` cuts its
+    # caps, `resting` and `restricted` hold its sends. Every change is an InstanceHealthEvent.
+    health_state = models.CharField(max_length=12, choices=HealthState.choices, default=HealthState.HEALTHY)
+    health_changed_at = models.DateTimeField(null=True, blank=True)
+    # Until then the number writes to no cold contact (a 463 on one started a cooling period).
+    cold_paused_until = models.DateTimeField(null=True, blank=True)
+    # An operator's health state holds until then; the governor judges the signals again after it.
+    health_override_until = models.DateTimeField(null=True, blank=True)
+    # Evolution's statusReason of the last connection.update (401 logged out, 403 forbidden: banned).
+    connection_reason = models.PositiveSmallIntegerField(null=True, blank=True)
     # A configuration fault Evolution reported for this instance (e.g. 401: our apikey is refused).
     # Kept here so that it is loud in admin, not only in a log line.
     last_gateway_error = models.TextField(blank=True, default="")
     last_gateway_error_at = models.DateTimeField(null=True, blank=True)
+    # Whether this Evolution sends with the WhatsApp id we choose (`messageId`): empty until an answer
+    # shows it, False when an answer's key.id is not the one asked for (an Evolution older than the
+    # field ignores it). A lost answer's "not found by our id" proves "not sent" only when True
+    # (sending.evidence).
+    honours_message_id = models.BooleanField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -211,6 +234,16 @@ class Instance(models.Model):
             return False
         return hmac.compare_digest(self.evolution_token_hash, hash_secret(candidate))
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from .sending.policy import PolicyError, check_overrides
+
+        try:
+            self.send_policy = check_overrides(self.send_profile, self.send_policy or {})
+        except PolicyError as exc:
+            raise ValidationError({"send_policy": str(exc)}) from exc
+
     def set_connection_state(self, state: str) -> bool:
         """Record the state Evolution reports; True when it changed."""
         changed = Instance.objects.filter(pk=self.pk).exclude(connection_state=state).update(
@@ -222,9 +255,12 @@ class Instance(models.Model):
 
 
 class OptIn(models.Model):
-    """A recipient's transactional consent for one project. Revocation keeps the row (history)."""
+    """A recipient's transactional consent for one project, in one environment (the sandbox rule,
+    docs/security.md: a TEST key records and revokes TEST consents, which only TEST sends rely on).
+    Revocation keeps the row (history)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="opt_ins")
+    environment = models.CharField(max_length=4, choices=Environment.choices, default=Environment.LIVE)
     phone = models.CharField(max_length=20)
     source = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
@@ -243,11 +279,14 @@ class OptIn(models.Model):
         indexes = [
             # callbacks.derive: the revocations in time order, without reading every live consent.
             models.Index(fields=["revoked_at"], name="optin_revoked", condition=Q(revoked_at__isnull=False)),
+            # messaging.opt_outs: an opt-out written to a shared instance ends every project's live consent for
+            # the number (docs/security.md, "Consent").
+            models.Index(fields=["phone"], name="optin_live_phone", condition=Q(revoked_at__isnull=True)),
         ]
         constraints = [
-            # One live consent per recipient; rules.check_opt_in queries through it.
+            # One live consent per recipient and environment; rules.check_opt_in queries through it.
             models.UniqueConstraint(
-                fields=["project", "phone"],
+                fields=["project", "environment", "phone"],
                 condition=Q(revoked_at__isnull=True),
                 name="one_live_opt_in_per_phone",
             )
@@ -256,7 +295,7 @@ class OptIn(models.Model):
 
 class Message(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    # No index of its own: msg_project_created (project_id, created_at) starts with it.
+    # No index of its own: msg_project_created (project_id, environment, created_at) starts with it.
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="messages", db_index=False)
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
     environment = models.CharField(max_length=4, choices=Environment.choices)
@@ -279,7 +318,7 @@ class Message(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=10)
     deliver_until = models.DateTimeField()
-    # The due time of the next release lives here, not in Celery (design.md §2).
+    # The due time of the next release lives here, not in Celery (docs/architecture.md, principle 2).
     next_attempt_at = models.DateTimeField(default=timezone.now)
     dispatched_at = models.DateTimeField(null=True, blank=True)
     lease_token = models.UUIDField(null=True, blank=True)
@@ -294,18 +333,26 @@ class Message(models.Model):
     # API, dashboard and admin); a message never leaves it silently: SENT on evidence, sent again
     # only on evidence that it was not, or FAILED OUTCOME_UNKNOWN.
     outcome_unknown_since = models.DateTimeField(null=True, blank=True)
+    # The WhatsApp id Evolution gave the send (its answer's key.id, or the record a check found).
     evolution_message_id = models.CharField(max_length=64, blank=True, default="")
+    # The WhatsApp id this message's sends carry (Evolution's `messageId`), chosen at its first claim
+    # (sending.own_id): every retry of the attempt chain keeps it, a resend draws a new one. A lost answer
+    # is looked up by it, and a receipt that overtakes the answer is matched on it at once.
+    own_message_id = models.CharField(max_length=64, blank=True, default="")
     remote_jid = models.CharField(max_length=80, blank=True, default="")
     last_gateway_response = models.JSONField(null=True, blank=True)
     # What holds the message back (why and where) since its last WAITING line: a hold for the same
     # reason writes no new line, and the relay writes no DISPATCHED line for a held message (issue
     # 22: a held MARKETING message wrote two lines per 30 s cycle). NULL, not "", when not held:
-    # the accept insert leaves NULL columns out (messaging.accept._insert).
+    # the accept insert leaves NULL columns out (messaging.inserts._insert).
     hold_reason = models.CharField(max_length=200, null=True, blank=True)
     # Status sync (messaging.status_sync): when it last asked Evolution about this message, and when
     # it gave up (STATUS_SYNC_GIVE_UP_AFTER_HOURS after the send; a SYNC_STOPPED line says so).
     status_checked_at = models.DateTimeField(null=True, blank=True)
     status_sync_stopped_at = models.DateTimeField(null=True, blank=True)
+    # When the status sync pass found it SENT for ACK_TIMEOUT_SECONDS with no receipt (messaging.unacknowledged).
+    # Kept once a receipt arrives (history); `unacknowledged` is true only while it is still SENT.
+    unacknowledged_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -319,8 +366,9 @@ class Message(models.Model):
 
     class Meta:
         indexes = [
-            # GET /v1/messages lists a project's messages newest first.
-            models.Index(fields=["project", "-created_at"], name="msg_project_created"),
+            # GET /v1/messages lists a project's messages of the key's environment newest first; the
+            # dashboard's overview and charts read one environment's hours.
+            models.Index(fields=["project", "environment", "-created_at"], name="msg_project_created"),
             # sending.evidence looks for other messages to the same number whose answer was lost.
             models.Index(
                 fields=["instance", "to"],
@@ -332,6 +380,16 @@ class Message(models.Model):
                 fields=["status", "deliver_until"],
                 name="msg_unfinished",
                 condition=Q(status__in=["QUEUED", "SENDING"]),
+            ),
+            # messaging.consent: an opt-out fails the queued messages to its number. Only QUEUED rows pay for
+            # an entry (an accept, a requeue), not the others of a message's life.
+            models.Index(fields=["to"], name="msg_queued_to", condition=Q(status="QUEUED")),
+            # messaging.unacknowledged: the sends WhatsApp never acknowledged, per instance and by time (the health
+            # count, status sync's first candidates, callbacks.derive). Only flagged SENT rows pay for an entry.
+            models.Index(
+                fields=["instance", "sent_at"],
+                name="msg_unacknowledged",
+                condition=Q(status="SENT", unacknowledged_at__isnull=False),
             ),
             # status_sync: SENT/SERVER_ACK rows it still checks, never checked first, then the least
             # recently checked (its ORDER BY, so a pass reads no more index entries than it takes).
@@ -351,6 +409,11 @@ class Message(models.Model):
                 name="msg_evolution_id_once",
                 condition=~Q(evolution_message_id=""),
             ),
+            # The id we choose is ours alone (72 random bits; the index makes it certain), and receipts
+            # find their message by it (ingestion.handlers).
+            models.UniqueConstraint(
+                fields=["own_message_id"], name="msg_own_id_once", condition=~Q(own_message_id=""),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -361,24 +424,16 @@ class Message(models.Model):
         return self.outcome_unknown_since is not None or self.failure_reason == FailureReason.OUTCOME_UNKNOWN
 
     @property
+    def unacknowledged(self) -> bool:
+        """Sent, and WhatsApp never acknowledged it within ACK_TIMEOUT_SECONDS; a later receipt supersedes it."""
+        return self.unacknowledged_at is not None and self.status == Status.SENT
+
+    @property
     def lane(self) -> str:
         return self.category.lower()
 
     def record(self, kind: str, actor: str = "", **detail: Any) -> MessageEvent:
         return MessageEvent.objects.create(message=self, kind=kind, actor=actor, detail=detail)
-
-    def advance(self, status: str, at: datetime | None = None, **detail: Any) -> bool:
-        """Move delivery progress forward (SENT..READ); a late or repeated receipt changes nothing."""
-        from .writes import compare_and_set
-
-        at = at or timezone.now()
-        # One statement: the forward-only move and its timeline line (a receipt's whole write).
-        before, changes, lines = progress_move(status, at, **detail)
-        changed = compare_and_set(self.pk, before, None, changes, lines)
-        if changed:
-            self.status = status
-            setattr(self, STAMPS[Status(status)], at)
-        return changed
 
 
 class MessageEvent(models.Model):
@@ -441,16 +496,18 @@ class DeadLetter(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
-    objects = ProjectScopedQuerySet.as_manager()
+    objects = DeadLetterQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["project", "status", "-created_at"], name="dlq_project_status")]
 
 
 class IdempotencyRecord(models.Model):
-    """The first answer given for an Idempotency-Key, replayed for 24 h (contract §3)."""
+    """The first answer given for an Idempotency-Key, replayed for 24 h (docs/api.md). The namespace is the
+    project's and the key's environment: a TEST send's key never answers a LIVE send."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, db_index=False)  # one_answer_per_key leads with it
+    environment = models.CharField(max_length=4, choices=Environment.choices, default=Environment.LIVE)
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
     status_code = models.PositiveSmallIntegerField()
@@ -458,4 +515,87 @@ class IdempotencyRecord(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "key"], name="one_answer_per_key")]
+        constraints = [models.UniqueConstraint(fields=["project", "environment", "key"], name="one_answer_per_key")]
+
+
+class SendSchedule(models.Model):
+    """A number's sending schedule under its policy (messaging.sending.slots): its one send in flight (a reservation
+    taken by compare-and-set), when it may send next, and what it sent in its current hour and day. Apart from the
+    instance's row, so that an admin form saving an instance never writes a stale schedule back."""
+
+    instance = models.OneToOneField(Instance, on_delete=models.CASCADE, primary_key=True, related_name="schedule")
+    # The one message that may be sent through this number now, until when (a lost task frees it then).
+    reserved_by = models.UUIDField(null=True, blank=True)
+    reserved_until = models.DateTimeField(null=True, blank=True)
+    next_send_at = models.DateTimeField(null=True, blank=True)
+    first_send_at = models.DateTimeField(null=True, blank=True)
+    hour_started_at = models.DateTimeField(null=True, blank=True)
+    hour_sent = models.PositiveIntegerField(default=0)
+    day_started_at = models.DateTimeField(null=True, blank=True)
+    day_sent = models.PositiveIntegerField(default=0)
+    day_cold = models.PositiveIntegerField(default=0)
+
+
+class Contact(models.Model):
+    """The last exchange of one number (instance) with one recipient, either way: a recipient it never exchanged a
+    message with is a cold contact (its daily quota), and the project's instance that last exchanged with a
+    recipient sends to them first (the sticky sender). docs/sending-policy.md."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="contacts", db_index=False)
+    phone = models.CharField(max_length=20)
+    last_exchange_at = models.DateTimeField()
+    last_direction = models.CharField(max_length=8)  # inbound | outbound
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["instance", "phone"], name="contact_once")]
+        indexes = [models.Index(fields=["phone", "-last_exchange_at"], name="contact_by_phone")]
+
+
+class SignalKind(models.TextChoices):
+    """What the health governor counts for a number (messaging.governor)."""
+
+    COLD_SEND = "cold_send", "a send to a cold contact"
+    COLD_ERROR = "cold_error", "an ERROR receipt (463) on a message to a cold contact"
+    DISCONNECT = "disconnect", "the connection left open, or a send met Connection Closed"
+    LOGOUT = "logout", "the connection closed logged out (401)"
+    OPT_OUT = "opt_out", "an opt-out reply to the number"
+
+
+class InstanceSignal(models.Model):
+    """One signal of a number's health, kept for the governor's windows (pruned after the longest of them)."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="+", db_index=False)
+    kind = models.CharField(max_length=12, choices=SignalKind.choices)
+    at = models.DateTimeField(default=timezone.now)
+    # The message it is about (a cold send, an error on one), when there is one.
+    message_id = models.UUIDField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["instance", "kind", "at"], name="signal_by_instance"),
+            models.Index(fields=["message_id"], name="signal_by_message", condition=Q(message_id__isnull=False)),
+            models.Index(fields=["at"], name="signal_by_time"),
+        ]
+
+
+class InstanceHealthEvent(models.Model):
+    """A change of a number's health state (or of its cooling period): who or what moved it, why, on what
+    evidence. Shown in admin and the dashboard, and the source of the `instance.health` callback."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="health_events", db_index=False)
+    from_state = models.CharField(max_length=12, choices=HealthState.choices)
+    to_state = models.CharField(max_length=12, choices=HealthState.choices)
+    reason = models.CharField(max_length=40)
+    evidence = models.JSONField(default=dict, blank=True)
+    # "governor", or "operator:<username>" for an override.
+    actor = models.CharField(max_length=160)
+    cold_paused_until = models.DateTimeField(null=True, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["instance", "-at"], name="health_event_by_instance")]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}: {self.from_state} → {self.to_state} ({self.reason})"

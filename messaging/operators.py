@@ -1,14 +1,16 @@
-"""Operator actions behind the management commands (contract §2) and `seed_demo`."""
+"""Operator actions behind the management commands (README, "API quick start") and `seed_demo`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from . import rules
-from .models import ApiKey, Environment, Instance, Project, hash_secret, new_token_salt
+from .models import ApiKey, Environment, Instance, Project, SendProfile, hash_secret, new_token_salt
 
 
 class OperatorError(Exception):
@@ -32,7 +34,10 @@ def add_instance(
     official: bool = False,
     priority: int = 100,
     token: str | None = None,
+    profile: str = SendProfile.UNOFFICIAL,
 ) -> dict[str, Any]:
+    if profile not in SendProfile.values:
+        raise OperatorError(f"--profile {profile!r}: one of {', '.join(SendProfile.values)}")
     project = None
     if project_id is not None:
         project = Project.objects.filter(pk=project_id).first()
@@ -47,6 +52,7 @@ def add_instance(
         project=project,
         is_official=official,
         priority=priority,
+        send_profile=profile,
         evolution_token_hash=hash_secret(token) if token else "",
     )
     return {"instance_id": instance.pk, "name": instance.name, "webhook_token": instance.webhook_token}
@@ -70,7 +76,7 @@ def create_member(project_id: int, username: str, password: str, reset_password:
 
     An existing user is refused unless `reset_password` is given (then their password is set and they
     join the project); a superuser is never touched, with or without it: this command must not be a
-    way to take over an operator's account.
+    way to take over an operator's account. The password must pass AUTH_PASSWORD_VALIDATORS, as in admin.
     """
     project = Project.objects.filter(pk=project_id).first()
     if project is None:
@@ -87,6 +93,10 @@ def create_member(project_id: int, username: str, password: str, reset_password:
             )
         if user is None:
             user = User(username=username)
+        try:
+            validate_password(password, user)
+        except ValidationError as weak:
+            raise OperatorError(f"--password is refused: {' '.join(weak.messages)}") from weak
         user.set_password(password)
         user.save()
         project.members.add(user)

@@ -1,11 +1,15 @@
 """Inbound opt-out (issue 23 §3): a recipient who writes an opt-out keyword to a project's instance
-revokes their opt-in for that project; later non-OTP sends to them are refused `opt_in_required`.
+revokes their opt-in for that project, in both environments (consent is the person's: their own word
+ends it everywhere, and can only stop sends; docs/security.md, the sandbox rule); their queued non-OTP messages
+fail OPTED_OUT at once (messaging.consent), and later non-OTP sends to them are refused `opt_in_required`. A
+keyword written to a shared Pilot Status instance ends every project's consent for that number: the person sees
+one chat per number (docs/security.md, "Consent", says why).
 
 `on_inbound` is the one entry, called by ingestion for a `messages.upsert` that is not ours (fromMe
 false), with the sender's number already read from Evolution's jids. The keyword must be the whole
 message: trimmed, inner spaces collapsed, case and accents ignored ("Parar", "  stop ", "CANCELAR
 SUSCRIPCIÓN"); "please stop sending" is not one. The keywords are the project's own
-(`Project.opt_out_keywords`, defaults in Portuguese, Spanish and English).
+(`Project.opt_out_keywords`, defaults in Portuguese, Spanish and English); a shared instance's are the defaults.
 
 The revocation is a conditional UPDATE of the live row (revoked_at IS NULL), so the same event arriving
 on both channels (the inbox stores it once anyway), or the keyword written twice, revokes once. It keeps
@@ -19,10 +23,21 @@ import logging
 import unicodedata
 from dataclasses import dataclass
 
+from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from . import rules
-from .models import DEFAULT_OPT_OUT_KEYWORDS, MAX_OPT_OUT_KEYWORD_LENGTH, Instance, OptIn
+from . import consent, lifecycle, rules
+from .models import (
+    DEFAULT_OPT_OUT_KEYWORDS,
+    MAX_OPT_OUT_KEYWORD_LENGTH,
+    Category,
+    FailureReason,
+    Instance,
+    Message,
+    OptIn,
+    Status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +46,6 @@ INBOUND_KEYWORD = "inbound_keyword"  # OptIn.revoked_source
 REVOKED = "opt_out_revoked"
 NOT_OPTED_IN = "opt_out_not_opted_in"  # a keyword, but no live opt-in to revoke
 NOT_A_KEYWORD = "stored"  # an ordinary inbound message: kept in the inbox, no effect
-NO_PROJECT = "opt_out_no_project"  # a keyword to a Pilot Status instance: no one project's consent
 
 # Longer texts are never a keyword: no database read for an ordinary conversation. Generous, since
 # a keyword may be written with spaces and accents that normalising removes.
@@ -52,7 +66,7 @@ def is_opt_out(text: str, keywords: list[str]) -> bool:
 
 def phone_variants(phone: str) -> list[str]:
     """The E.164 numbers one WhatsApp sender may be recorded under. Brazil's mobiles are written with
-    the ninth digit (+55 31 9xxxx-xxxx) but WhatsApp's jid may drop it (evolution-api.md §8): a STOP
+    the ninth digit (+55 31 9xxxx-xxxx) but WhatsApp's jid may drop it (docs/evolution-setup.md, "Ids and jids"): a STOP
     from 553199999999 must revoke the opt-in recorded for +5531999999999, and the reverse."""
     variants = [phone]
     digits = phone.lstrip("+")
@@ -88,33 +102,57 @@ def could_be_keyword(text: str) -> bool:
 
 
 def on_inbound(inbound: Inbound) -> str:
-    """Revoke the sender's opt-in for the instance's project when the text is an opt-out keyword."""
+    """Revoke the sender's opt-ins when the text is an opt-out keyword: the instance's project's, or on a shared
+    Pilot Status instance every project's (docs/security.md, "Consent"); their queued messages fail OPTED_OUT."""
     if not could_be_keyword(inbound.text):
         return NOT_A_KEYWORD
     instance = Instance.objects.select_related("project").filter(name=inbound.instance_name).first()
     if instance is None:
         return "unknown_instance"
     project = instance.project
-    if project is None:
-        if is_opt_out(inbound.text, DEFAULT_OPT_OUT_KEYWORDS):
-            # A shared Pilot Status number speaks for many projects: which one's consent ends is not known.
-            log.warning("opt-out keyword from %s to Pilot Status instance %s: no project's opt-in revoked (%s)",
-                        inbound.phone, instance.name, inbound.reference)
-            return NO_PROJECT
-        return NOT_A_KEYWORD
-    if not is_opt_out(inbound.text, project.opt_out_keywords):
+    # A shared number speaks for many projects: its keywords are the defaults, no one project's own list.
+    keywords = DEFAULT_OPT_OUT_KEYWORDS if project is None else project.opt_out_keywords
+    if not is_opt_out(inbound.text, keywords):
         return NOT_A_KEYWORD
     phones = [p for p in phone_variants(inbound.phone) if rules.normalize_phone(p) == p]
-    revoked = OptIn.objects.filter(project=project, phone__in=phones, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(),
-        revoked_by=INBOUND_KEYWORD,
-        revoked_source=INBOUND_KEYWORD,
-        revoked_reference=inbound.reference[:80],
-    )
+    live = OptIn.objects.filter(phone__in=phones, revoked_at__isnull=True)
+    if project is not None:
+        live = live.filter(project=project)
+    whose = f"project {project.pk}'s" if project is not None else "every project's"
+    revoked = revoke_and_withdraw(live, INBOUND_KEYWORD, INBOUND_KEYWORD, inbound.reference[:80],
+                                  why=f"the recipient wrote {normalize(inbound.text).upper()!r} to {instance.name}")
     if not revoked:
-        log.info("opt-out keyword from %s to %s: no live opt-in for project %s (%s)",
-                 inbound.phone, instance.name, project.pk, inbound.reference)
+        log.info("opt-out keyword from %s to %s: no live opt-in of %s (%s)",
+                 inbound.phone, instance.name, whose.removesuffix("'s"), inbound.reference)
         return NOT_OPTED_IN
-    log.info("opt-out keyword from %s to %s revoked project %s's opt-in (%s)",
-             inbound.phone, instance.name, project.pk, inbound.reference)
+    log.info("opt-out keyword from %s to %s revoked %s opt-in (%d; %s)",
+             inbound.phone, instance.name, whose, revoked, inbound.reference)
     return REVOKED
+
+
+def revoke_and_withdraw(live: QuerySet[OptIn], revoked_by: str, source: str, reference: str = "", *, why: str) -> int:
+    """Revoke the live consents `live` selects, and fail each one's queued non-OTP messages OPTED_OUT
+    (messaging.consent), in one transaction; how many were revoked. The revoke is conditional on the live row,
+    so the same opt-out applied twice (both channels, a keyword written twice) revokes and withdraws once."""
+    with transaction.atomic():
+        rows = list(live.values_list("pk", "project_id", "environment", "phone"))
+        revoked = OptIn.objects.filter(pk__in=[row[0] for row in rows], revoked_at__isnull=True).update(
+            revoked_at=timezone.now(), revoked_by=revoked_by, revoked_source=source, revoked_reference=reference,
+        )
+        if revoked:
+            withdraw_queued({row[1:] for row in rows}, why)
+    return revoked
+
+
+def withdraw_queued(consents: set[tuple[int, str, str]], why: str) -> int:
+    """Fail OPTED_OUT every queued non-OTP message of these ended consents (project id, environment, phone),
+    with a dead letter; how many. Read through the partial index of queued messages by number (msg_queued_to)."""
+    phones = {phone for _, _, phone in consents}
+    queued = Message.objects.filter(
+        to__in=phones, status=Status.QUEUED, project_id__in={project for project, _, _ in consents}
+    ).exclude(category=Category.OTP).order_by("created_at")
+    failed = 0
+    for message in queued:
+        if (message.project_id, message.environment, message.to) in consents:
+            failed += lifecycle.withdraw(message, FailureReason.OPTED_OUT, consent.DETAIL.format(why=why))
+    return failed

@@ -1,7 +1,7 @@
 """Prepared statements for the hot paths: the same few statements on every message.
 
-Once prepared on a connection, Postgres no longer parses and plans them each time (about half of
-Postgres' CPU per accepted message, measured in issue 7). Only the statements that run once or
+Once prepared on a connection, Postgres no longer parses and plans them each time, which is a large
+share of its CPU per accepted message (bench/findings.md, "Prepared statements"). Only the statements that run once or
 more per message use this (accepting, claiming, a send's result, a receipt); the rest of the
 project keeps Django's defaults (client-side binding, no prepared statements). Needs
 `prepare_threshold` in the database OPTIONS so that a cursor may ask (settings.DATABASES).
@@ -45,8 +45,8 @@ def _cursor_for(db: Any) -> _PreparedCursor:
     """The connection's kept cursor, or a new one while that one is in use.
 
     A cursor sets up psycopg's adapters again for every type it sends (Python code per new
-    cursor); keeping one per connection saved ≈ 30 µs of CPU per statement (bench B1/B5). It is
-    dropped with its connection: a reconnect makes a new one.
+    cursor); keeping one per connection spares that on every statement (bench/findings.md, "Prepared
+    statements"). It is dropped with its connection: a reconnect makes a new one.
     """
     kept = getattr(db, "_ps_prepared_cursor", None)
     if kept is not None and kept[0] is db.connection and not kept[1].in_use and not kept[1].closed:

@@ -1,4 +1,6 @@
-"""Row visibility in one place: a project only ever sees its own rows (contract §3: others are 404)."""
+"""Row visibility in one place: a key or a member sees one project's rows (docs/api.md: others are 404), and
+of those only one environment's (the sandbox rule, docs/security.md: a TEST key's world and a LIVE key's are
+disjoint; the other environment's rows answer 404 too)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,18 @@ if TYPE_CHECKING:
 
 
 class ProjectScopedQuerySet(models.QuerySet[Any]):
-    def for_project(self, project: "Project") -> "ProjectScopedQuerySet":
-        return self.filter(project=project)
+    # Where a row's environment is read: its own column, or the column of the row it belongs to.
+    environment_lookup = "environment"
+
+    def for_scope(self, project: "Project", environment: str) -> "ProjectScopedQuerySet":
+        """The rows one project's key (or member, in one dashboard mode) of this environment may see."""
+        return self.filter(project=project, **{self.environment_lookup: environment})
 
 
 class MessageQuerySet(ProjectScopedQuerySet):
     pass
+
+
+class DeadLetterQuerySet(ProjectScopedQuerySet):
+    # A dead letter is its message's: it has no environment of its own to disagree with.
+    environment_lookup = "message__environment"

@@ -1,4 +1,4 @@
-"""The message reconciler (celery-beat): every stuck state has someone who finds it (design.md §6).
+"""The message reconciler (celery-beat): every stuck state has someone who finds it (docs/architecture.md, principle 6).
 
 - a lease that expired (the worker died mid-send) → QUEUED, and the next attempt first checks
   whether the dead worker's send went out;
@@ -19,14 +19,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from . import lifecycle
-from .accept import IDEMPOTENCY_TTL, enqueue
+from .accept import IDEMPOTENCY_TTL
 from .models import EventKind, FailureReason, IdempotencyRecord, Message, OutboxEntry, Status
-from .sending import evidence
+from .sending import evidence, human_pace
 from .sending.worker import lease_seconds
 
 # How long a released message may sit unclaimed before we assume the broker lost it. Generous
@@ -106,14 +105,8 @@ def redispatch_lost(limit: int = BATCH, deadline: float | None = None) -> int:
         for message in candidates:
             if _over(deadline):
                 return released
-            with transaction.atomic():
-                # Clearing dispatched_at under a status check makes a concurrent pass a no-op.
-                if Message.objects.filter(pk=message.pk, status=Status.QUEUED, dispatched_at=message.dispatched_at).update(
-                    dispatched_at=None
-                ):
-                    message.record(EventKind.RECOVERED, why="released but never claimed")
-                    enqueue(message, now)
-                    released += 1
+            if lifecycle.redispatch(message, now):
+                released += 1
     return released
 
 
@@ -130,15 +123,13 @@ def expire_overdue(limit: int = BATCH, deadline: float | None = None) -> int:
         unknown = message.unconfirmed_attempt_at is not None
         if _over(deadline):
             break
-        if lifecycle.fail(
+        if lifecycle.expire(
             message,
             FailureReason.OUTCOME_UNKNOWN if unknown else FailureReason.EXPIRED,
             "deliverUntil passed; an answer from Evolution was lost and the message may have been delivered"
-            if unknown else "deliverUntil passed before a send succeeded",
+            if unknown else human_pace.deadline_detail(message.hold_reason),
             response=message.last_gateway_response,
-            from_statuses=(Status.QUEUED,),
         ):
-            OutboxEntry.objects.filter(message=message).delete()
             expired += 1
     return expired
 

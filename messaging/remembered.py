@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 SEEN_LIMIT = 4096
 _seen: dict[tuple[int, str, bool], rules.InstanceCandidates] = {}
-_last_opted_in: dict[tuple[int, str], bool] = {}  # (project, category) → the last read's opt-in
+_last_opted_in: dict[tuple[int, str, str], bool] = {}  # (project, environment, category) → the last read's opt-in
 
 
 def _candidates_key(project: Project, req: SendRequest) -> tuple[int, str, bool]:
@@ -40,7 +40,7 @@ def candidates_seen(project: Project, req: SendRequest) -> rules.InstanceCandida
     return _seen.get(_candidates_key(project, req))
 
 
-def remember(project: Project, req: SendRequest, facts: FunnelFacts) -> None:
+def remember(project: Project, environment: str, req: SendRequest, facts: FunnelFacts) -> None:
     if req.instance and facts.candidates.own is None:
         # A name that is not the project's is refused, and a refusal is always decided on fresh
         # facts: remembering it would only let a client fill this process's memory with names.
@@ -49,7 +49,7 @@ def remember(project: Project, req: SendRequest, facts: FunnelFacts) -> None:
         _seen.clear()
         _last_opted_in.clear()
     _seen[_candidates_key(project, req)] = facts.candidates
-    _last_opted_in[(project.pk, req.category)] = facts.opted_in
+    _last_opted_in[(project.pk, environment, req.category)] = facts.opted_in
 
 
 class _Reading(rules.InstanceCandidates):
@@ -96,7 +96,7 @@ def plan(project: Project, environment: str, req: SendRequest, seen: rules.Insta
         return Plan(with_opt_in, True, reading_with.read())
     if without.pk == with_opt_in.pk:
         return Plan(with_opt_in, None, reading_with.read() | reading_without.read())
-    if _last_opted_in.get((project.pk, req.category), True):
+    if _last_opted_in.get((project.pk, environment, req.category), True):
         return Plan(with_opt_in, True, reading_with.read())
     return Plan(without, False, reading_without.read())
 
@@ -127,7 +127,8 @@ def _bool_text(value: bool) -> str:
 
 
 def guard(
-    project: Project, api_key: ApiKey | None, req: SendRequest, seen: rules.InstanceCandidates, plan: Plan
+    project: Project, environment: str, api_key: ApiKey | None, req: SendRequest, seen: rules.InstanceCandidates,
+    plan: Plan,
 ) -> tuple[str, list[Any]]:
     """The SQL condition (and its parameters) that holds while every fact the plan rests on still does."""
     opt_in = plan.opt_in
@@ -139,9 +140,9 @@ def guard(
     if opt_in is not None:
         conditions.append(
             ("" if opt_in else "NOT ") + f"EXISTS (SELECT 1 FROM {OptIn._meta.db_table}"
-            " WHERE project_id = %s AND phone = %s AND revoked_at IS NULL)"
+            " WHERE project_id = %s AND environment = %s AND phone = %s AND revoked_at IS NULL)"
         )
-        params += [project.pk, req.to]
+        params += [project.pk, environment, req.to]
     groups: dict[str, tuple[str, list[Any], Instance | None]] = {
         "own": ("project_id = %s AND name = %s", [project.pk, req.instance], seen.own) if req.instance
         else ("project_id = %s", [project.pk], seen.own),

@@ -33,6 +33,12 @@ def event_body(event: MessageEvent) -> dict[str, Any]:
     }
 
 
+def waiting_reason(message: Message) -> str | None:
+    if message.status != "QUEUED" or not message.hold_reason:
+        return None
+    return message.hold_reason.split("|")[0] or None
+
+
 def message_body(message: Message, events: list[MessageEvent] | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": str(message.id),
@@ -53,11 +59,17 @@ def message_body(message: Message, events: list[MessageEvent] | None = None) -> 
         # the message may have been delivered (FAILED OUTCOME_UNKNOWN, or still being checked).
         "outcomeUnknown": message.outcome_unknown,
         "outcomeUnknownSince": iso(message.outcome_unknown_since),
+        # SENT, and WhatsApp never acknowledged it within ACK_TIMEOUT_SECONDS (messaging.unacknowledged).
+        "unacknowledged": message.unacknowledged,
+        "unacknowledgedAt": iso(message.unacknowledged_at),
         "metadata": message.metadata,
         # The URL the send asked for its own `message.status` callbacks (callbacks.derive); null without.
         "callbackUrl": message.callback_url or None,
         "deliverUntil": iso(message.deliver_until),
         "nextAttemptAt": iso(message.next_attempt_at) if message.status == "QUEUED" else None,
+        # What holds a queued message back (its WAITING line's `why`): the sending policy's `pacing`, `hourly_cap`,
+        # `daily_cap`, `warming_up`, `resting`, or a wait of the gateway's; null when nothing does.
+        "waitingReason": waiting_reason(message),
         "createdAt": iso(message.created_at),
         "updatedAt": iso(message.updated_at),
         "sentAt": iso(message.sent_at),

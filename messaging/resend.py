@@ -1,9 +1,9 @@
-"""Acting on dead letters: force resend (contract §4) and dismiss, one entry or a selection.
+"""Acting on dead letters: force resend (docs/architecture.md, "Dead letters") and dismiss, one entry or a selection.
 
 The API, the dashboard, the bulk job and the admin all call these functions; they hold the
-rules. A resend goes through the same funnel checks as a new message (design.md, boundaries):
+rules. A resend goes through the same funnel checks as a new message (docs/architecture.md, "Boundaries"):
 an opt-in revoked since the first send refuses the resend with the funnel's reason and changes
-nothing. Both actions are compare-and-set on the dead letter's OPEN status under a row lock, so
+nothing, and a message that failed OPTED_OUT is refused `opted_out` until its recipient has a new opt-in. Both actions are compare-and-set on the dead letter's OPEN status under a row lock, so
 doing one twice (a double click, a client retry, a replayed bulk chunk) finds nothing to do.
 """
 
@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from . import rules
-from .accept import SendRequest, check_funnel, enqueue
+from . import lifecycle, rules
+from .accept import SendRequest, check_funnel
 from .errors import Rejected
-from .models import Category, DeadLetter, DeadLetterStatus, EventKind, Message, Project, Status
+from .models import Category, DeadLetter, DeadLetterStatus, EventKind, FailureReason, Message, Project, Status
 
 # Outcomes, so that callers (and tests) can tell what happened without re-reading rows.
 RESENT = "resent"
@@ -66,6 +65,20 @@ class ConfirmationRequired(Rejected):
         )
 
 
+class OptedOut(Rejected):
+    """The recipient opted out of this message (OPTED_OUT), and has no new opt-in since: resending it would send
+    what they asked not to get."""
+
+    def __init__(self, entry: DeadLetter, message: Message):
+        super().__init__(
+            422,
+            "opted_out",
+            "The recipient opted out before this message was sent: record a new opt-in for the number (POST "
+            "/v1/opt-ins) before resending it, or correct the recipient. Nothing was changed.",
+            {"reason": entry.reason, "to": message.to},
+        )
+
+
 def needs_confirmation(message: Message) -> bool:
     return message.outcome_unknown
 
@@ -95,7 +108,7 @@ MAX_INSTANCE_NAME_LENGTH = 100
 
 @dataclass(frozen=True)
 class Correction:
-    """A corrected recipient and/or instance for a resend (the seeds' "the number was wrong, fixed,
+    """A corrected recipient and/or instance for a resend (a customer's "the number was wrong, fixed,
     then Force Resend"). None keeps the message's own; `to` must already be E.164."""
 
     to: str | None = None
@@ -181,57 +194,26 @@ def force_resend(
         maybe_delivered = needs_confirmation(message)
         if maybe_delivered and not confirm_maybe_delivered:
             raise ConfirmationRequired(entry)
+        if entry.reason == FailureReason.OPTED_OUT and correction.to in (None, message.to) \
+                and not rules.has_live_opt_in(message.project, message.environment, message.to):
+            raise OptedOut(entry, message)
         until = deliver_until or rules.deliver_until_for(message.category, now)
         check_deliver_until(message.category, until, now)
         corrected = correction.changes(message)
         request = _send_request(message, until, correction)
         instance = check_funnel(message.project, message.environment, request)
-        changed = Message.objects.filter(pk=message.pk, status=Status.FAILED).update(
-            status=Status.QUEUED,
-            to=request.to,
-            requested_instance=request.instance or "",
-            instance=instance,
-            attempts=0,
-            max_attempts=settings.SEND_MAX_ATTEMPTS,
-            deliver_until=until,
-            next_attempt_at=now,
-            dispatched_at=None,
-            lease_token=None,
-            lease_expires_at=None,
-            unconfirmed_attempt_at=None,
-            unconfirmed_attempt_until=None,
-            outcome_unknown_since=None,
-            failure_reason="",
-            failure_detail="",
-            failed_at=None,
-            last_gateway_response=None,
-            # A REJECTED message was sent once: its old WhatsApp id and receipts belong to the
-            # old send, and must not be matched against the new one.
-            evolution_message_id="",
-            remote_jid="",
-            sent_at=None,
-            server_ack_at=None,
-            delivered_at=None,
-            read_at=None,
-            updated_at=now,
-        )
-        if not changed:
+        corrected_fields = {"to": request.to, "requested_instance": request.instance or "", "instance": instance,
+                            "deliver_until": until}
+        if not lifecycle.resend(
+            message, now, corrected_fields, actor, deadLetter=entry.pk, previousReason=entry.reason,
+            instance=instance.name, deliverUntil=until.isoformat(),
+            **({"confirmedMaybeDelivered": True} if maybe_delivered else {}),
+            **({"corrected": corrected} if corrected else {}),
+        ):
             return Done(NOT_FAILED, entry)
         DeadLetter.objects.filter(pk=entry.pk).update(
             status=DeadLetterStatus.RESENT, resolved_by=actor, resolved_at=now, updated_at=now
         )
-        message.refresh_from_db()
-        message.record(
-            EventKind.RESENT,
-            actor=actor,
-            deadLetter=entry.pk,
-            previousReason=entry.reason,
-            instance=instance.name,
-            deliverUntil=until.isoformat(),
-            **({"confirmedMaybeDelivered": True} if maybe_delivered else {}),
-            **({"corrected": corrected} if corrected else {}),
-        )
-        enqueue(message, now)
         entry.refresh_from_db()
     return Done(RESENT, entry)
 
@@ -258,15 +240,18 @@ def dismiss(dead_letter: DeadLetter, actor: str) -> Done:
 FILTER_FIELDS = ("status", "reason", "category", "to", "created_after", "created_before")
 
 
-def matching(project: Project | None, filters: dict[str, Any]) -> QuerySet[DeadLetter]:
-    """Dead letters of a project (all projects for operators: None) that match the filters.
+def matching(project: Project | None, environment: str | None, filters: dict[str, Any]) -> QuerySet[DeadLetter]:
+    """Dead letters of a project in one environment (every project and environment for operators: None)
+    that match the filters.
 
     One definition of "matching" for the API list, the dashboard list and a bulk job replaying
     the filter a person saw; unknown or empty filters are ignored.
     """
     rows: QuerySet[DeadLetter] = DeadLetter.objects.all()
     if project is not None:
-        rows = DeadLetter.objects.for_project(project)
+        if environment is None:
+            raise ValueError("a project's dead letters are read in one environment")
+        rows = DeadLetter.objects.for_scope(project, environment)
     if filters.get("status"):
         rows = rows.filter(status=filters["status"])
     if filters.get("reason"):

@@ -1,4 +1,4 @@
-"""The checks of the sending funnel (seeds.md A), as plain functions.
+"""The checks of the sending funnel (docs/architecture.md, "Path of a message"), as plain functions.
 
 Each takes what it judges and returns the contract's error code, or None when the check passes.
 """
@@ -107,8 +107,8 @@ def check_environment(project: Project, environment: str, to: str) -> str | None
     return None
 
 
-def has_live_opt_in(project: Project, phone: str) -> bool:
-    return OptIn.objects.filter(project=project, phone=phone, revoked_at__isnull=True).exists()
+def has_live_opt_in(project: Project, environment: str, phone: str) -> bool:
+    return OptIn.objects.filter(project=project, environment=environment, phone=phone, revoked_at__isnull=True).exists()
 
 
 @dataclass(frozen=True)
@@ -133,14 +133,14 @@ OPEN_FIRST = f"connection_state <> '{ConnectionState.OPEN.value}', priority, id"
 def resolve_instance(
     category: str, requested: str | None, opted_in: bool, candidates: InstanceCandidates
 ) -> tuple[Instance | None, str | None]:
-    """Choose the instance a message goes through (contract §3), or say why none may be used."""
+    """Choose the instance a message goes through (docs/api.md, POST /v1/messages/send), or say why none may be used."""
     own = candidates.own
     if requested:
         return (own, None) if own is not None else (None, "unknown_instance")
     if category == Category.MARKETING:
         return (own, None) if own is not None else (None, "own_instance_required")
     if category == Category.OTP and not opted_in and candidates.official is not None:
-        # Without consent an OTP may only go through the official number (seeds A).
+        # Without consent an OTP may only go through the official number.
         return candidates.official, None
     if own is not None and own.connection_state == ConnectionState.OPEN:
         return own, None

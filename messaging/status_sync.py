@@ -1,4 +1,4 @@
-"""Active status sync (seeds A-D): ask Evolution about messages whose receipts never came.
+"""Active status sync: ask Evolution about messages whose receipts never came.
 
 A webhook lost during a deploy must not leave a delivered message SENT forever. Forward only:
 the answer can only move a message ahead, never back.
@@ -9,6 +9,9 @@ for never holds the head of the line), looks at one again no sooner than STATUS_
 and gives up STATUS_SYNC_GIVE_UP_AFTER_HOURS after the send with a SYNC_STOPPED timeline line (the
 message keeps its status). A pass ends at STATUS_SYNC_PASS_SECONDS or after three answers in a row
 that could not be had (Evolution down): the next tick goes on from there.
+
+Each pass first flags the sends WhatsApp never acknowledged within ACK_TIMEOUT_SECONDS (messaging.unacknowledged)
+and asks about those before any other.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import lifecycle, writes
-from .models import EventKind, FailureReason, Message, Status
+from . import lifecycle, unacknowledged
+from .models import FailureReason, Message, Status
 from .sending import gateway
 
 log = logging.getLogger(__name__)
@@ -75,7 +78,7 @@ def check_one(message: Message) -> str:
             best = target
     if best is None:
         return UNCHANGED
-    return ADVANCED if message.advance(best, source="status_sync") else UNCHANGED
+    return ADVANCED if lifecycle.advance(message, best, source="status_sync") else UNCHANGED
 
 
 def sync_one(message: Message) -> bool:
@@ -84,29 +87,30 @@ def sync_one(message: Message) -> bool:
 
 
 def candidates(now: datetime, limit: int) -> list[Message]:
-    """Never checked first (oldest send first), then the least recently checked; each at least
+    """The sends WhatsApp never acknowledged first (messaging.unacknowledged; index msg_unacknowledged), then the
+    others: never checked first (oldest send first), then the least recently checked; each at least
     STATUS_SYNC_AFTER_SECONDS after its send and after its last check (index msg_status_sync)."""
     cutoff = now - stale_after()
-    return list(
+    due = Q(status_checked_at__isnull=True) | Q(status_checked_at__lt=cutoff)
+    order = (F("status_checked_at").asc(nulls_first=True), "sent_at")
+    first = list(
+        Message.objects.filter(status=Status.SENT, unacknowledged_at__isnull=False, status_sync_stopped_at__isnull=True)
+        .filter(due).select_related("instance").order_by(*order)[:limit]
+    )
+    if len(first) >= limit:
+        return first
+    return first + list(
         Message.objects.filter(status__in=AWAITING, status_sync_stopped_at__isnull=True, sent_at__lt=cutoff)
-        .filter(Q(status_checked_at__isnull=True) | Q(status_checked_at__lt=cutoff))
+        .filter(due).exclude(pk__in=[m.pk for m in first])
         .select_related("instance")
-        .order_by(F("status_checked_at").asc(nulls_first=True), "sent_at")[:limit]
+        .order_by(*order)[: limit - len(first)]
     )
 
 
 def stop_checking(message: Message, now: datetime) -> bool:
     """The give-up: stamp it and write its one SYNC_STOPPED line, in one statement."""
     hours = give_up_after().total_seconds() / 3600
-    line = writes.TimelineLine(
-        EventKind.SYNC_STOPPED,
-        {"status": message.status, "why": f"no receipt {hours:g} h after the send: status sync stopped asking"},
-        now,
-    )
-    return writes.compare_and_set(
-        message.pk, [s.value for s in AWAITING], None,
-        {"status_checked_at": now, "status_sync_stopped_at": now}, [line],
-    )
+    return lifecycle.stop_status_sync(message, now, f"no receipt {hours:g} h after the send: status sync stopped asking")
 
 
 def run_batch(limit: int = BATCH, budget_s: float | None = None) -> int:
@@ -115,6 +119,7 @@ def run_batch(limit: int = BATCH, budget_s: float | None = None) -> int:
     started = time.monotonic()
     now = timezone.now()
     horizon = now - give_up_after()
+    unacknowledged.flag(now)  # before the candidates: they come first
     updated = failures = 0
     for message in candidates(now, limit):
         outcome = check_one(message)

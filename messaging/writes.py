@@ -1,10 +1,11 @@
-"""Hot-path statements on the message row, each one round trip and prepared (bench B2, B5).
+"""How messaging.lifecycle's moves are written in SQL and their rows loaded; which statuses a move may
+change is the lifecycle's table, not this module's.
 
-A lane worker's send used to cost about ten round trips and three commits (claim, re-read, the
-attempt, the status change, its timeline line, each commit an fsync). Here a claim is one
-`UPDATE … RETURNING` joined to its instance and project, and a status change with its timeline
-lines is one statement: a compare-and-set `UPDATE` whose `INSERT`s only happen when it matched,
-all atomic because Postgres runs one statement atomically in autocommit.
+The hot moves are one round trip each, prepared (bench B2, B5): a compare-and-set with its timeline lines
+is one statement, an `UPDATE` whose `INSERT`s only happen when it matched, all atomic because Postgres runs
+one statement atomically in autocommit; a change that returns its message joined to its instance and
+project (a claim) is one `UPDATE … RETURNING`. The moves off the hot path use the ORM (`update_if`). New
+rows (an accept, an outbox entry) are messaging.inserts'.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connection, models, transaction
+from django.utils import timezone
 
 from pilot_status import metrics
 
@@ -33,6 +35,13 @@ class KeepEarlier:
     """Set the column only while it is empty (an implied earlier receipt keeps its first time)."""
 
     value: Any
+
+
+@dataclass(frozen=True)
+class FillEmpty:
+    """Set a text column only while it is empty ('')."""
+
+    value: str
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,7 @@ def _prep(model: type[models.Model], name: str, value: Any) -> Any:
 
 
 # Two parameters of every write of a message go as text, cast in SQL: psycopg's list and JSON
-# dumpers are Python code that a cursor sets up again for each statement (≈ 3 % and 2 % of the
-# webhook pool's CPU under bench B5, py-spy).
+# dumpers are Python code that a cursor sets up again for each statement, on the receipts' hot path.
 _STATUS = re.compile(r"^[A-Z_]+$")
 
 
@@ -102,54 +110,53 @@ def _detail_json(detail: Any) -> str:
     return json.dumps(detail, cls=_DETAIL_ENCODER)
 
 
-_CLAIM = """
-WITH claimed AS (
-    UPDATE messaging_message
-       SET status = %(sending)s, lease_token = %(token)s, lease_expires_at = %(lease_until)s, updated_at = %(now)s
-     WHERE id = %(id)s AND status = %(queued)s AND next_attempt_at <= %(due_by)s
-    RETURNING *
-)
-SELECT {message}, {instance}, {project}
-  FROM claimed m
+_WITH_RELATIONS = """
+WITH changed AS ({update})
+SELECT {message}, {instance}, {project}{extra}
+  FROM changed m
   JOIN messaging_instance i ON i.id = m.instance_id
   JOIN messaging_project p ON p.id = m.project_id
 """
 
 
-def claim(
-    message_id: str, token: uuid.UUID, now: datetime, due_by: datetime, lease_until: datetime
-) -> Message | None:
-    """QUEUED → SENDING under `token`, returning the message with its instance and project loaded."""
-    sql = _CLAIM.format(
-        message=_select_list(Message, "m"), instance=_select_list(Instance, "i"), project=_select_list(Project, "p")
-    )
+@functools.cache
+def _with_relations(update: str, extra: str) -> str:
+    return _WITH_RELATIONS.format(update=update, message=_select_list(Message, "m"), instance=_select_list(Instance, "i"),
+                                  project=_select_list(Project, "p"), extra=f", {extra}" if extra else "")
+
+
+def changed_with_relations(update: str, params: dict[str, Any], extra: str = "") -> tuple[Message, Any] | None:
+    """Run `update` (an `UPDATE messaging_message … RETURNING *`) and return the message it changed with its
+    instance and project loaded, and the value of the SQL expression `extra` on the changed row (alias `m`; None
+    without one), in one statement; None when it changed no row."""
     with prepared_cursor() as cursor:
-        cursor.execute(
-            sql,
-            {"sending": "SENDING", "queued": "QUEUED", "token": token, "lease_until": lease_until, "now": now,
-             "id": message_id, "due_by": due_by},
-        )
+        cursor.execute(_with_relations(update, extra), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    n_message, n_instance = len(_fields(Message)), len(_fields(Instance))
+    n_message, n_instance, n_project = len(_fields(Message)), len(_fields(Instance)), len(_fields(Project))
     message = load(Message, row[:n_message])
     instance = load(Instance, row[n_message : n_message + n_instance])
-    project = load(Project, row[n_message + n_instance :])
+    project = load(Project, row[n_message + n_instance : n_message + n_instance + n_project])
     Message._meta.get_field("instance").set_cached_value(message, instance)  # type: ignore[union-attr]
     Message._meta.get_field("project").set_cached_value(message, project)  # type: ignore[union-attr]
-    return message
+    return message, (row[-1] if extra else None)
 
 
+# A message's WhatsApp id: the one Evolution gave its send, or the one it chose itself (its sends carry it, so a
+# receipt may name it before the send's answer is recorded). Each test leads a unique partial index.
+MATCHES_KEY_ID = ("(m.evolution_message_id = %(key_id)s AND m.evolution_message_id <> ''"
+                  " OR m.own_message_id = %(key_id)s AND m.own_message_id <> '')")
 _BY_EVOLUTION_ID = """
 SELECT {message} FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
- WHERE m.evolution_message_id = %(key_id)s AND m.evolution_message_id <> '' AND i.name = %(instance)s
+ WHERE """ + MATCHES_KEY_ID + """ AND i.name = %(instance)s
  ORDER BY m.id LIMIT 1
 """
 
 
 def message_by_evolution_id(key_id: str, instance_name: str) -> Message | None:
-    """The message Evolution knows as `key_id` on that instance (what a receipt names)."""
+    """The message Evolution knows as `key_id` on that instance (what a receipt names): by the id of its send,
+    or by the id it chose for its sends."""
     with prepared_cursor() as cursor:
         cursor.execute(_BY_EVOLUTION_ID.format(message=_select_list(Message, "m")),
                        {"key_id": key_id, "instance": instance_name})
@@ -180,6 +187,9 @@ def compare_and_set_ctes(
         if isinstance(value, KeepEarlier):
             assignments.append(f'"{column}" = COALESCE("{column}", %s)')
             params.append(_prep(Message, name, value.value))
+        elif isinstance(value, FillEmpty):
+            assignments.append(f'"{column}" = COALESCE(NULLIF("{column}", \'\'), %s)')
+            params.append(_prep(Message, name, value.value))
         else:
             assignments.append(f'"{column}" = %s')
             params.append(_prep(Message, name, value))
@@ -188,12 +198,12 @@ def compare_and_set_ctes(
     if lease_token is not None:
         where += " AND lease_token = %s"
         params.append(lease_token)
-    sql = f"changed AS (UPDATE messaging_message SET {', '.join(assignments)} WHERE {where} RETURNING id, category)"
+    ctes = f"changed AS (UPDATE messaging_message SET {', '.join(assignments)} WHERE {where} RETURNING id, category)"
     if lines:
         rows = ", ".join(["(%s::varchar, %s::varchar, %s::jsonb, %s::timestamptz, %s::int)"] * len(lines))
         for position, line in enumerate(lines):
             params += [line.kind, line.actor, _detail_json(line.detail), line.created_at, position]
-        sql += f""",
+        ctes += f""",
 timeline AS (
     INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
     SELECT changed.id, e.kind, e.actor, e.detail, GREATEST(e.created_at, clock_timestamp())
@@ -201,7 +211,7 @@ timeline AS (
      ORDER BY e.position
     RETURNING 1
 )"""
-    return sql, params
+    return ctes, params
 
 
 def compare_and_set(
@@ -221,6 +231,16 @@ def compare_and_set(
         return False
     count_timeline(lines, row[0])
     return True
+
+
+def update_if(message_id: Any, from_statuses: Iterable[str], under_lease: uuid.UUID | None, /, **fields: Any) -> bool:
+    """The ORM's compare-and-set, for the moves off the hot path: update the row if it is still in `from_statuses`
+    (and under the lease `under_lease` when given); False when it had moved on."""
+    rows = Message.objects.filter(pk=message_id, status__in=list(from_statuses))
+    if under_lease is not None:
+        rows = rows.filter(lease_token=under_lease)
+    fields.setdefault("updated_at", timezone.now())
+    return bool(rows.update(**fields))
 
 
 def count_timeline(lines: Sequence[TimelineLine], category: str) -> None:

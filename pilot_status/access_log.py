@@ -1,7 +1,7 @@
 """The webhook pool's access log: failed requests only (gunicorn --logger-class).
 
 Evolution posts about four webhooks per message and the consumer forwards more; a line for each
-success would be most of the pool's log and cost ≈ 5 % of its CPU (bench B5, py-spy). A success
+success would be most of the pool's log and a measurable share of its CPU. A success
 leaves its own record (the event's inbox row and the `webhook:*` counters), so only the requests
 that an operator has to look at, 4xx and 5xx, are written, in gunicorn's usual format.
 """

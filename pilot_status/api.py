@@ -1,4 +1,4 @@
-"""DRF base settings for every client endpoint, and the one exception handler (contract §3)."""
+"""DRF base settings for every client endpoint, and the one exception handler (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _encodable(detail: Any) -> Any:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, Rejected):
-        return Response(exc.as_body(), status=exc.status, headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
+        return Response(exc.as_body(), status=exc.status, headers=exc.headers() or None)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("payload_too_large", "The request body is too large.", {"limitBytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}),
@@ -124,14 +124,15 @@ _PLAIN_ACCEPTS = frozenset({"*/*", _JSON})
 
 
 class ClientApiView(APIView):
-    """Auth, throttle and error shape shared by every /v1 endpoint (RTD APIv3Settings)."""
+    # Auth, throttle and error shape shared by every /v1 endpoint (a comment, not a docstring: drf-spectacular
+    # would show a base class's docstring as every endpoint's description).
 
     authentication_classes = [ApiKeyAuthentication]
     permission_classes = [HasProject]
     throttle_classes = [ApiKeyRateThrottle]
 
     def initial(self, request: Any, *args: Any, **kwargs: Any) -> None:
-        # The key answers first (contract §3), before DRF's content negotiation: a caller without
+        # The key answers first (docs/api.md), before DRF's content negotiation: a caller without
         # a valid key learns 401 whatever its Accept header says (the error is JSON either way).
         self.perform_authentication(request)
         super().initial(request, *args, **kwargs)
@@ -159,3 +160,9 @@ class ClientApiView(APIView):
     @property
     def api_key(self) -> Any:
         return self.request.auth
+
+    @property
+    def environment(self) -> str:
+        """The key's environment: with the project, the scope of everything the key sees and does
+        (docs/security.md, the sandbox rule)."""
+        return str(self.request.auth.environment)  # type: ignore[union-attr]

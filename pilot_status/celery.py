@@ -15,7 +15,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
 app = Celery("pilot_status")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
-# One queue per category so that a marketing blast never sits in front of an OTP (design.md §4).
+# One queue per category so that a marketing blast never sits in front of an OTP (docs/architecture.md, principle 4).
 LANES = ("otp", "utility", "marketing")
 # Maintenance has three queues, each with its own worker, so that no pass waits for another kind
 # (issue 22): `maintenance`, the passes that only touch Postgres (lease recovery, lost releases,

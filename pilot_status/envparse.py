@@ -4,6 +4,9 @@ NAME_FILE, where set, is read instead of NAME (docker/k8s secrets)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import urlparse
@@ -117,3 +120,58 @@ def envwaits(name: str, default: str) -> list[float]:
     if not 1 <= len(waits) <= 20 or any(not 0 <= wait < 10**7 for wait in waits):
         raise ImproperlyConfigured(f"{name} must be 1 to 20 waits of 0 to 10^7 seconds, got {raw!r}")
     return waits
+
+
+def envports(name: str) -> tuple[int, ...]:
+    """Comma-separated TCP ports (1 to 65535); () when unset or empty."""
+    raw = envstr(name, "")
+    try:
+        ports = tuple(int(part) for part in raw.split(",") if part.strip())
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be comma-separated port numbers, got {raw!r}") from exc
+    if any(not 1 <= port <= 65535 for port in ports):
+        raise ImproperlyConfigured(f"{name} must be port numbers from 1 to 65535, got {raw!r}")
+    return ports
+
+
+FERNET_KEY_HELP = "python3 -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+
+
+def envfernetkeys(name: str) -> list[str]:
+    """Comma-separated Fernet keys (32 url-safe base64 bytes each), newest first; [] when unset. Never
+    echoed back: a refusal names the variable and the key's position only."""
+    raw = envstr(name, "")
+    if not raw.strip():
+        return []
+    keys = [part.strip() for part in raw.split(",")]
+    for position, key in enumerate(keys, start=1):
+        try:
+            decoded = base64.urlsafe_b64decode(key.encode("ascii")) if len(key) == 44 else b""
+        except (ValueError, binascii.Error):
+            decoded = b""
+        if len(decoded) != 32:
+            raise ImproperlyConfigured(f"{name}: key {position} of {len(keys)} is not a Fernet key: {FERNET_KEY_HELP}")
+    return keys
+
+
+def envproxies(name: str) -> tuple[int, list[str]]:
+    """The reverse proxies trusted to say who the client is: a count (`2`: the last two hops of
+    X-Forwarded-For were written by our proxies), or their networks (`10.0.0.0/8,fd00::/8`). Unset or 0:
+    none, and X-Forwarded-For is never read. Returns (count, networks), one of them empty."""
+    raw = envstr(name, "").strip()
+    if not raw:
+        return 0, []
+    if raw.isdigit():
+        count = int(raw)
+        if count > 10:
+            raise ImproperlyConfigured(f"{name} must be a count of 0 to 10 proxies or their networks, got {raw!r}")
+        return count, []
+    networks = []
+    for part in (piece.strip() for piece in raw.split(",")):
+        try:
+            networks.append(str(ipaddress.ip_network(part, strict=False)))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name} must be a count of proxies or comma-separated networks (10.0.0.0/8), got {part!r}"
+            ) from exc
+    return 0, networks

@@ -1,4 +1,4 @@
-"""The JSON error envelope every endpoint answers with (contract §3)."""
+"""The JSON error envelope every endpoint answers with (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@
 - `/readyz`: Postgres, Redis and the broker are reachable, each with its latency in ms; 503 with the
   JSON error envelope (`not_ready`, naming the failed checks) when one is not. The checks run at once,
   each on a fresh connection, and the answer comes within `READINESS_TIMEOUT_SECONDS` whatever hangs.
+  The probe needs no credential, so a process answers from its last check for `READINESS_CACHE_SECONDS`
+  (1 s): a flood of probes costs each process one check a second, never a connection per request. One
+  request checks at a time; those that arrive meanwhile wait for its answer instead of checking too.
 
 On the web pool `ProbeMiddleware` answers both first in the chain: no HTTPS redirect (a probe speaks
 plain HTTP to the pod), no host check (a probe names the pod's address, which ALLOWED_HOSTS need not
@@ -57,6 +60,37 @@ def run_within(checks: dict[str, Callable[[], Any]], timeout: float) -> dict[str
     return {name: results[name] for name in checks}
 
 
+_checking = threading.Lock()
+_last: tuple[float, dict[str, dict[str, Any]]] | None = None  # (monotonic time it was made, the results)
+
+
+def forget() -> None:
+    """Drop this process's last check: the next probe checks again."""
+    global _last
+    _last = None
+
+
+def _fresh(last: tuple[float, dict[str, dict[str, Any]]] | None) -> dict[str, dict[str, Any]] | None:
+    if last is not None and time.monotonic() - last[0] < settings.READINESS_CACHE_SECONDS:
+        return last[1]
+    return None
+
+
+def cached_results() -> dict[str, dict[str, Any]]:
+    """The checks' results, made at most READINESS_CACHE_SECONDS ago (0: made for this call)."""
+    global _last
+    found = _fresh(_last)
+    if found is not None:
+        return found
+    with _checking:
+        found = _fresh(_last)  # made by the request this one waited for
+        if found is not None:
+            return found
+        results = run_within(CHECKS, settings.READINESS_TIMEOUT_SECONDS)
+        _last = (time.monotonic(), results)
+        return results
+
+
 def check_postgres() -> None:
     import psycopg
 
@@ -104,7 +138,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
 def readyz(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed()
-    results = run_within(CHECKS, settings.READINESS_TIMEOUT_SECONDS)
+    results = cached_results()
     checks: dict[str, dict[str, Any]] = {}
     for name, result in results.items():
         checks[name] = {"ok": result["ok"], "ms": result["ms"]}

@@ -3,7 +3,7 @@
 It routes /api/internal/ only (pilot_status.internal_urls; anything else is a 404) through the one
 middleware those endpoints need, the JSON error envelope. The browser middleware of the full app
 (static files, sessions, CSRF, auth, messages, security headers) does nothing for a webhook but
-cost ≈ 0.09 ms of CPU per request (bench/findings.md, B5). The admin and the dashboard are never
+cost CPU on every request (bench/findings.md, "Webhook pool settings"). The admin and the dashboard are never
 served here, so they always keep that middleware (pilot_status.wsgi on `web`).
 """
 

@@ -76,7 +76,23 @@ def refusal(read: Callable[[str], str | None]) -> str | None:
     if values["METRICS_TOKEN"] in (values["SECRET_KEY"], values["INTERNAL_WEBHOOK_SECRET"]):
         # A scraper's configuration is read by more people than the application's.
         return "METRICS_TOKEN must differ from SECRET_KEY and INTERNAL_WEBHOOK_SECRET"
-    return allowed_hosts_problem(read("ALLOWED_HOSTS"))
+    return allowed_hosts_problem(read("ALLOWED_HOSTS")) or private_callbacks_problem(read)
+
+
+TRUE = frozenset({"1", "true", "yes", "on"})  # as pilot_status.envparse.envbool reads them
+
+
+def private_callbacks_problem(read: Callable[[str], str | None]) -> str | None:
+    """CALLBACKS_ALLOW_PRIVATE_ADDRESSES lets every tenant aim callbacks at this network (Postgres,
+    Redis, the cloud's metadata service). Production mode refuses it, except in the test, bench and chaos
+    stacks, which run production mode with their receivers on loopback and say so with PILOT_TEST_STACK=1
+    (scripts/env.sh --test, chaos/stack.py, bench/launcher.py)."""
+    if (read("CALLBACKS_ALLOW_PRIVATE_ADDRESSES") or "").strip().lower() not in TRUE:
+        return None
+    if (read("PILOT_TEST_STACK") or "").strip().lower() in TRUE:
+        return None
+    return ("CALLBACKS_ALLOW_PRIVATE_ADDRESSES lets tenants' callbacks reach this network; "
+            "it is for development (DEBUG=1) only")
 
 
 def refuse(problem: str) -> NoReturn:

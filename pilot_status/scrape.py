@@ -7,7 +7,9 @@ What it serves, in Prometheus's text format:
   the outbox per lane (`pilot_status_outbox_depth`, `_due`, `_oldest_age_seconds`, `_oldest_due_age_seconds`),
   each Celery queue's ready tasks and consumers (`pilot_status_queue_ready`, `pilot_status_queue_consumers`),
   each circuit (`pilot_status_circuit_state{scope,name}`: 0 closed, 1 half-open, 2 open), each process's
-  heartbeat (`pilot_status_heartbeat_age_seconds{process,host,pid}`, `pilot_status_heartbeat_stale`);
+  heartbeat (`pilot_status_heartbeat_age_seconds{process,host,pid}`, `pilot_status_heartbeat_stale`), each
+  instance's recent sends WhatsApp never acknowledged (`pilot_status_unacknowledged_sends{name}`,
+  messaging.unacknowledged; an instance with none is absent);
 - the Redis counters (`ps:metrics:*`, pilot_status.metrics) as they are, one counter per key, named as the
   old text output named them (`ps:metrics:evolution:webhook:processed` →
   `pilot_status_evolution_webhook_processed_total`; `messages:status:<S>:<lane>` and `messages:failed:<R>:<lane>`
@@ -52,7 +54,14 @@ SOURCES: dict[str, Callable[[], Any]] = {
     "circuits": lambda: _in_thread(status.circuit_states),
     "heartbeats": heartbeats.processes,
     "counters": _counters,
+    "unacknowledged": lambda: _in_thread(_unacknowledged),
 }
+
+
+def _unacknowledged() -> dict[str, int]:
+    from messaging import unacknowledged
+
+    return unacknowledged.by_instance_name()
 
 
 def _in_thread(read: Callable[[], T]) -> T:
@@ -102,6 +111,15 @@ def _circuits(states: tuple[dict[str, Any], dict[str, dict[str, Any]]]) -> Itera
     return [family]
 
 
+def _unacknowledged_sends(counts: dict[str, int]) -> Iterable[Metric]:
+    family = _gauge("pilot_status_unacknowledged_sends",
+                    "Sends of the last 24 h WhatsApp has not acknowledged within ACK_TIMEOUT_SECONDS, per instance",
+                    ["name"])
+    for name, count in sorted(counts.items()):
+        family.add_metric([name], float(count))
+    return [family]
+
+
 def _heartbeats(beats: list[dict[str, Any]]) -> Iterable[Metric]:
     # `host` and `pid`, not `instance`: Prometheus gives that label to the scraped target.
     age = _gauge("pilot_status_heartbeat_age_seconds", "Age of each process's last heartbeat", ["process", "host", "pid"])
@@ -128,7 +146,7 @@ def _counter_families(counters: dict[str, int]) -> Iterable[Metric]:
 
 
 _RENDER: dict[str, Callable[[Any], Iterable[Metric]]] = {"outbox": _outbox, "queues": _queues, "circuits": _circuits, "heartbeats": _heartbeats,
-           "counters": _counter_families}
+           "counters": _counter_families, "unacknowledged": _unacknowledged_sends}
 
 
 class StateCollector(Collector):

@@ -1,4 +1,4 @@
-"""Settings, read from the environment only (contract.md §7).
+"""Settings, read from the environment only (README, "Set-up"; .env.example).
 
 Every required value fails start-up loudly with the variable's name; there are no insecure
 defaults here. `make run` and `make test` supply development values (scripts/env.sh). With DEBUG=0
@@ -16,12 +16,14 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from . import production
-from .envparse import _raw, envbool, envfloat, envint, envpair, envsecret, envstr, envurl, envwaits
+from .envparse import _raw, envbool, envfernetkeys, envfloat, envint, envpair, envports, envproxies, envsecret, envstr, envurl, envwaits
 from messaging.sending.budget import DB_POOL_WAIT_SECONDS, lease_seconds_needed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+# 1 = development mode: relaxed hosts and transport defaults, development secrets accepted. 0 (the default) is
+# production mode, which refuses weak or published secrets and a `*` host at start.
 DEBUG = envbool("DEBUG", False)
 if not DEBUG:
     # Production mode: no secret anyone could read in the repository, no `*` host (production.py).
@@ -31,15 +33,17 @@ if not DEBUG:
         _refusal = str(exc)
     if _refusal:
         production.refuse(_refusal)
+# Django's signing key (sessions, CSRF, password resets), and the source of the endpoint secrets' key
+# when ENDPOINT_SECRET_KEYS is unset.
 SECRET_KEY = envsecret("SECRET_KEY", min_length=production.SECRET_MIN_LENGTH)
 # Development (DEBUG=1) may leave it unset and answer any host; production mode requires it.
 ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", "*").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS", "http://127.0.0.1,http://localhost").split(",")
 ]
-
-
-
+# Endpoint signing secrets are stored encrypted (callbacks.secret_storage) under these Fernet keys, newest
+# first: the first encrypts, each decrypts (rotate_endpoint_secrets_key). Unset: one derived from SECRET_KEY.
+ENDPOINT_SECRET_KEYS = envfernetkeys("ENDPOINT_SECRET_KEYS")
 
 # Transport security (`manage.py check --deploy`): on by default in production mode, off under
 # DEBUG=1. scripts/env.sh turns them off for `make run`, tests, bench and chaos, which serve plain
@@ -50,6 +54,8 @@ SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
 # /api/internal/ in a one-process deployment, answers them the same way instead of a 301 to https.
 # Prometheus's scrape (/metrics) too: it speaks plain HTTP on the private network, as the forwards do.
 SECURE_REDIRECT_EXEMPT = [r"^api/internal/", r"^metrics$"]
+# Cookies only over HTTPS, and HSTS (one year in production mode): the browser never speaks plain HTTP to
+# the dashboard and admin once it has seen them over HTTPS.
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000, minimum=0)
@@ -117,9 +123,10 @@ TEMPLATES = [
     },
 ]
 
+# The Postgres database, the source of truth (postgres://user:password@host:port/name).
 DATABASE_URL = envurl("DATABASE_URL", ("postgres", "postgresql"))
 DATABASES = {
-    # Persistent connections: without them a bare insert view drops ~5x here (services.md).
+    # Persistent connections: opening a connection per request costs more than the request's own queries.
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
 }
 DATABASES["default"].setdefault("OPTIONS", {})
@@ -137,9 +144,8 @@ if DATABASE_PREPARED_STATEMENTS:
 # background step here retries, so failing fast beats piling up behind a long DDL or TRUNCATE.
 _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
 # No JIT compilation: it pays off for long analytical queries, and every statement here is short. The
-# relay's turn query over a 50,000-message backlog is estimated past jit_above_cost and spent 6-7 ms
-# compiling for 0.4 ms of work, on every pass: a third of Postgres's time in bench B3
-# (tests/messaging/test_relay_plans.py).
+# relay's turn query over a large backlog is estimated past jit_above_cost and would spend far longer
+# compiling than running, on every pass (tests/messaging/test_relay_plans.py).
 _SESSION_SETTINGS = ["-c jit=off"] + ([f"-c lock_timeout={_LOCK_TIMEOUT_MS}"] if _LOCK_TIMEOUT_MS else [])
 DATABASES["default"]["OPTIONS"]["options"] = " ".join(_SESSION_SETTINGS)
 # A process whose threads spend most of their time waiting on something else (the lane workers: on
@@ -154,6 +160,7 @@ if DATABASE_POOL_MAX_SIZE:
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 1, "max_size": DATABASE_POOL_MAX_SIZE, "timeout": DB_POOL_WAIT_SECONDS,
     }
+# The database the test suite creates and empties (each pytest-xdist worker appends its own suffix).
 DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "test_pilot_status")}
 # The accept path's devices (messaging.accept, issue 25's ablation switches). ACCEPT_ONE_STATEMENT:
 # the write is one statement of data-modifying CTEs built from Django's insert compiler (0: the ORM's
@@ -164,6 +171,7 @@ ACCEPT_ONE_STATEMENT = envbool("ACCEPT_ONE_STATEMENT", True)
 ACCEPT_REMEMBER_ROUTING = envbool("ACCEPT_REMEMBER_ROUTING", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Redis: the cache, the rate limiters' buckets, the circuits, heartbeats and counters; never the truth.
 REDIS_URL = envurl("REDIS_URL", ("redis", "rediss", "unix"))
 CACHES = {
     "default": {
@@ -171,7 +179,7 @@ CACHES = {
         "LOCATION": REDIS_URL,
         "OPTIONS": {
             # Redis is an accelerator here, never the truth: short timeouts, and callers
-            # treat its errors as "no answer" (design.md §3).
+            # treat its errors as "no answer" (docs/architecture.md, principle 3).
             "SOCKET_CONNECT_TIMEOUT": 0.5,
             "SOCKET_TIMEOUT": 0.5,
             "IGNORE_EXCEPTIONS": False,
@@ -179,6 +187,7 @@ CACHES = {
     }
 }
 
+# RabbitMQ (or Redis) carrying the lane, maintenance and callbacks tasks.
 CELERY_BROKER_URL = envurl("CELERY_BROKER_URL", ("amqp", "pyamqp", "redis"))
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -194,8 +203,11 @@ CELERY_BROKER_POOL_LIMIT = 10
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 
+# The Evolution API server and its global API key (the `apikey` header of every call).
 EVOLUTION_API_URL = envurl("EVOLUTION_API_URL", ("http", "https")).rstrip("/")
 EVOLUTION_API_KEY = envstr("EVOLUTION_API_KEY")
+# Evolution's RabbitMQ, where it publishes its events (the second ingestion channel beside the webhook);
+# empty: webhook only. The exchange is Evolution's RABBITMQ_EXCHANGE_NAME.
 EVOLUTION_RABBITMQ_URL = envstr("EVOLUTION_RABBITMQ_URL", "")
 if EVOLUTION_RABBITMQ_URL:
     envurl("EVOLUTION_RABBITMQ_URL", ("amqp", "amqps"))
@@ -208,9 +220,10 @@ EVOLUTION_RABBITMQ_PER_INSTANCE = envbool("EVOLUTION_RABBITMQ_PER_INSTANCE", Fal
 CONSUMER_ACK_BATCH = envint("CONSUMER_ACK_BATCH", 20, minimum=1)
 if CONSUMER_ACK_BATCH > 100:
     raise ImproperlyConfigured(f"CONSUMER_ACK_BATCH must be at most 100 (the consumer's prefetch), got {CONSUMER_ACK_BATCH}")
+# Each call to Evolution: connect and read timeouts, in seconds (the send lease counts on both).
 EVOLUTION_CONNECT_TIMEOUT = envfloat("EVOLUTION_CONNECT_TIMEOUT", 3.0, above=0)
 EVOLUTION_READ_TIMEOUT = envfloat("EVOLUTION_READ_TIMEOUT", 15.0, above=0)
-# Human-like typing before each message (seeds A, stage 3; messaging.sending.typing_delay): ms per character
+# Human-like typing before each message (messaging.sending.typing_delay): ms per character
 # of the text (UTILITY, MARKETING), a short fixed delay for an OTP, ± a jitter, and a cap that nothing
 # passes (the send lease counts on it). 0 per character / for OTPs turns that part off; a message's
 # own `typing: "off"` turns it off for that message.
@@ -222,18 +235,19 @@ TYPING_DELAY_MAX_MS = envint("TYPING_DELAY_MAX_MS", 3000, minimum=0)
 # gateway_limit): it grows while Evolution answers a probe (`GET /`) within GATEWAY_QUEUE_TARGET_MS of its
 # quickest answer and shrinks when calls queue there, so that an OTP's call never waits behind hundreds of
 # bulk ones. The lane worker's prefetch follows the limit, so what waits for a turn stays in the outbox where
-# the relay is fair between projects (chaos R10: 1.15x C's wait behind A's blast; 5.1x when the worker
-# reserved a task per thread). 0 lets every thread send at once.
+# the relay is fair between projects (chaos R10). 0 lets every thread send at once.
 GATEWAY_ADAPTIVE_LIMIT = envbool("GATEWAY_ADAPTIVE_LIMIT", True)
 GATEWAY_QUEUE_TARGET_MS = envint("GATEWAY_QUEUE_TARGET_MS", 3, minimum=1)
 GATEWAY_PROBE_INTERVAL_MS = envint("GATEWAY_PROBE_INTERVAL_MS", 100, minimum=10)
 GATEWAY_LIMIT_INITIAL = envint("GATEWAY_LIMIT_INITIAL", 4, minimum=1)
 GATEWAY_LIMIT_MAX = envint("GATEWAY_LIMIT_MAX", 1024, minimum=1)
 
+# The secret Evolution's webhook and our own forwards carry (X-Internal-Webhook-Secret), and the internal
+# pages' credential.
 INTERNAL_WEBHOOK_SECRET = envsecret(
     "INTERNAL_WEBHOOK_SECRET", min_length=16 if DEBUG else production.SECRET_MIN_LENGTH
 )
-# Where the RabbitMQ consumer and the ingestion reconciler forward events (seeds B).
+# Where the RabbitMQ consumer and the ingestion reconciler forward events (docs/architecture.md, "Path of an event").
 INTERNAL_WEBHOOK_URL = envurl(
     "INTERNAL_WEBHOOK_URL",
     ("http", "https"),
@@ -248,7 +262,7 @@ if ":" in _INTERNAL_HOST:
 if _INTERNAL_HOST and "*" not in ALLOWED_HOSTS and _INTERNAL_HOST not in ALLOWED_HOSTS:
     ALLOWED_HOSTS.append(_INTERNAL_HOST)
 
-# Sending policy (contract §5, issue 4). Named so that operators can find and tune them.
+# Sending policy (issue 4; docs/architecture.md, "Path of a message"). Named so that operators can find and tune them.
 SEND_MAX_ATTEMPTS = envint("SEND_MAX_ATTEMPTS", 10, minimum=1)
 RELAY_BATCH_SIZE = envint("RELAY_BATCH_SIZE", 200, minimum=1)
 RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0, above=0)
@@ -259,6 +273,9 @@ RELAY_CONFIRM_TIMEOUT_SECONDS = envfloat("RELAY_CONFIRM_TIMEOUT_SECONDS", 10.0, 
 STATUS_SYNC_AFTER_SECONDS = envint("STATUS_SYNC_AFTER_SECONDS", 120, minimum=1)
 # ...and no longer than this after the send: then status sync stops asking (a SYNC_STOPPED line).
 STATUS_SYNC_GIVE_UP_AFTER_HOURS = envint("STATUS_SYNC_GIVE_UP_AFTER_HOURS", 72, minimum=1)
+# A message SENT this long with no SERVER_ACK (or later receipt) is flagged unacknowledged by the status sync pass
+# (messaging.unacknowledged): shown in the API and dashboard, a `message.unacknowledged` callback, asked about first.
+ACK_TIMEOUT_SECONDS = envint("ACK_TIMEOUT_SECONDS", 600, minimum=1)
 # Circuit breaker (issue 4 §5), one per instance and one for the whole gateway.
 # Opens after this many transient failures in a row...
 BREAKER_FAILURE_RUN = envint("BREAKER_FAILURE_RUN", 5, minimum=1)
@@ -270,10 +287,49 @@ BREAKER_WINDOW_SECONDS = envint("BREAKER_WINDOW_SECONDS", 60, minimum=1)
 BREAKER_OPEN_SECONDS = envfloat("BREAKER_OPEN_SECONDS", 30.0, above=0)
 # The gateway-wide circuit needs this many distinct failing calls in a row (all instances together).
 BREAKER_GATEWAY_FAILURE_RUN = envint("BREAKER_GATEWAY_FAILURE_RUN", 20, minimum=1)
-# Pacing (issue 4 §6): sends per second per instance, and the burst allowed after a quiet spell.
-# An instance's own `send_rate_per_second` overrides the rate. Releases after an outage or a
-# reconnect drain at this pace instead of all at once.
-SEND_RATE_PER_INSTANCE = envfloat("SEND_RATE_PER_INSTANCE", 20.0, above=0)
+# Pacing (issue 4 §6) of an `official` number (docs/sending-policy.md): sends per second per instance, and the
+# burst allowed after a quiet spell. Meta's Cloud API takes 80 messages/s per business number by default. An
+# instance's own `send_rate_per_second` (or its policy's `rate_per_second`) overrides the rate. Releases after an
+# outage or a reconnect drain at this pace instead of all at once. An `unofficial` number has a human pace instead.
+SEND_RATE_PER_INSTANCE = envfloat("SEND_RATE_PER_INSTANCE", 80.0, above=0)
+# The sending policy (messaging.sending.policy, docs/sending-policy.md) runs this many of its seconds per real
+# second: gaps, hourly and daily windows, warm-up days. Tests and chaos runs compress time with it (the
+# simulator's `time_scale` has the same meaning); 1 in production.
+SENDING_POLICY_TIME_SCALE = envfloat("SENDING_POLICY_TIME_SCALE", 1.0, above=0)
+# The health governor per number (messaging.health, messaging.governor; docs/sending-policy.md "Health governor").
+# Durations are policy seconds (SENDING_POLICY_TIME_SCALE). Disconnects ("Connection Closed", a connection that
+# leaves open) and ERROR receipts on cold contacts are counted over this window.
+HEALTH_WINDOW_SECONDS = envfloat("HEALTH_WINDOW_SECONDS", 3600.0, above=0)
+# This many ERROR receipts (WhatsApp's 463, the reach-out time-lock) on sends to cold contacts inside the window
+# stop the number's cold contacts for HEALTH_COOLING_SECONDS (a day: WhatsApp's time-lock lasts about that long).
+HEALTH_COLD_ERRORS = envint("HEALTH_COLD_ERRORS", 1, minimum=1)
+HEALTH_COOLING_SECONDS = envfloat("HEALTH_COOLING_SECONDS", 86400.0, above=0)
+# At risk when at least this share of the day's sends (once there are HEALTH_MIN_SENDS) WhatsApp never
+# acknowledged: a number WhatsApp throttles answers 201 and never acks (evolution-api #2597: 74 of 76).
+HEALTH_UNACKNOWLEDGED_SHARE = envfloat("HEALTH_UNACKNOWLEDGED_SHARE", 0.2, above=0, at_most=1)
+# At risk when opt-out replies reach this share of the day's sends (once there are HEALTH_MIN_SENDS): people who
+# ask to stop are the ones who report a number.
+HEALTH_OPT_OUT_SHARE = envfloat("HEALTH_OPT_OUT_SHARE", 0.05, above=0, at_most=1)
+# The fewest sends in the number's day for a share to be judged (fewer say nothing about the number).
+HEALTH_MIN_SENDS = envint("HEALTH_MIN_SENDS", 10, minimum=1)
+# This many disconnects inside the window, or a logout, rest the number: it sends nothing until it is connected and
+# HEALTH_REST_SECONDS passed without a disconnect (anti-ban guides rest a flagged number a day or two) ...
+HEALTH_DISCONNECTS = envint("HEALTH_DISCONNECTS", 3, minimum=1)
+HEALTH_REST_SECONDS = envfloat("HEALTH_REST_SECONDS", 86400.0, above=0)
+# ... then it ramps back at risk (its caps cut) for this long before it is healthy again; any number at risk
+# recovers only after this long with quiet signals.
+HEALTH_RAMP_SECONDS = envfloat("HEALTH_RAMP_SECONDS", 3 * 86400.0, above=0)
+# The share of its caps (hourly, daily, cold contacts) a number at risk may use.
+HEALTH_AT_RISK_CAP_FACTOR = envfloat("HEALTH_AT_RISK_CAP_FACTOR", 0.5, above=0, at_most=1)
+# Restricted (sends nothing until an operator lifts it): a logout that does not come back within this long, or
+# HEALTH_LOGOUTS_TO_RESTRICT logouts inside HEALTH_LOGOUT_WINDOW_SECONDS; a close 403 (banned) at once.
+HEALTH_LOGOUT_RESTRICT_SECONDS = envfloat("HEALTH_LOGOUT_RESTRICT_SECONDS", 3 * 86400.0, above=0)
+HEALTH_LOGOUTS_TO_RESTRICT = envint("HEALTH_LOGOUTS_TO_RESTRICT", 3, minimum=1)
+HEALTH_LOGOUT_WINDOW_SECONDS = envfloat("HEALTH_LOGOUT_WINDOW_SECONDS", 7 * 86400.0, above=0)
+# An operator's health state (admin) holds this long before the governor judges the signals again.
+HEALTH_OVERRIDE_SECONDS = envfloat("HEALTH_OVERRIDE_SECONDS", 86400.0, above=0)
+# Real seconds between the governor's passes (beat): the ends of rests, ramps and cooling periods, the shares.
+HEALTH_PASS_SECONDS = envint("HEALTH_PASS_SECONDS", 30, minimum=1)
 SEND_RATE_BURST = envint("SEND_RATE_BURST", 10, minimum=1)
 # Fair release (issue 4 §7): the relay keeps at most this many ready tasks in each lane's queue,
 # and releases them round-robin by project, so a blast cannot bury another project's messages.
@@ -290,6 +346,7 @@ RELAY_LANE_DEPTH_OTP = envint("RELAY_LANE_DEPTH_OTP", 16, minimum=1)
 SEND_LEASE_SECONDS_NEEDED = lease_seconds_needed(
     EVOLUTION_CONNECT_TIMEOUT, EVOLUTION_READ_TIMEOUT, TYPING_DELAY_MAX_MS
 )
+# How long a claim holds a message before another worker may take it (at least one send attempt's worst case).
 SEND_LEASE_SECONDS = envint("SEND_LEASE_SECONDS", max(60, SEND_LEASE_SECONDS_NEEDED), minimum=5)
 if SEND_LEASE_SECONDS < SEND_LEASE_SECONDS_NEEDED:
     raise ImproperlyConfigured(
@@ -323,9 +380,10 @@ if HEARTBEAT_STALE_SECONDS <= HEARTBEAT_SECONDS or HEARTBEAT_TTL_SECONDS <= HEAR
         "HEARTBEAT_SECONDS < HEARTBEAT_STALE_SECONDS < HEARTBEAT_TTL_SECONDS is required "
         f"(got {HEARTBEAT_SECONDS:g}, {HEARTBEAT_STALE_SECONDS:g}, {HEARTBEAT_TTL_SECONDS})"
     )
-# /readyz: each check (Postgres, Redis, the broker) gets this long, all at once; the probe answers
-# within it whatever hangs.
+# /readyz: each check (Postgres, Redis, the broker) gets this long, all at once; a process answers from its
+# last check while it is younger than READINESS_CACHE_SECONDS (pilot_status.health).
 READINESS_TIMEOUT_SECONDS = envfloat("READINESS_TIMEOUT_SECONDS", 2.0, above=0, at_most=30)
+READINESS_CACHE_SECONDS = envfloat("READINESS_CACHE_SECONDS", 1.0, minimum=0, at_most=10)
 # The status page (/api/internal/status) answers `Authorization: Bearer <OPS_STATUS_TOKEN>` when set
 # (a credential that reads the page and nothing else), and the internal secret always.
 OPS_STATUS_TOKEN = envstr("OPS_STATUS_TOKEN", "")
@@ -344,7 +402,7 @@ METRICS_SCRAPE_TIMEOUT_SECONDS = envfloat("METRICS_SCRAPE_TIMEOUT_SECONDS", 1.0,
 # usual body without DRF's field machinery, the same answer) and by SendMessageSerializer when it
 # declines; 0 leaves every body to the serializer alone (issue 25's ablation switch).
 SEND_PLAIN_VALIDATOR = envbool("SEND_PLAIN_VALIDATOR", True)
-# Client API rate limit per key (contract §3).
+# Client API rate limit per key (docs/api.md).
 RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0, above=0)
 RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)
 # Evolution's webhooks per authenticated instance (issue 21): past it they are shed with 429 and
@@ -354,24 +412,22 @@ RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)
 WEBHOOK_RATE_PER_INSTANCE = envfloat("WEBHOOK_RATE_PER_INSTANCE", 1000.0, above=0)
 WEBHOOK_RATE_BURST = envint("WEBHOOK_RATE_BURST", 2000, minimum=1)
 
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
-]
-# Sign-in throttling (django-axes, issue 21), for the dashboard's and admin's sign-in alike: after
-# LOGIN_FAILURE_LIMIT wrong passwords for one username from one address, that pair is refused (429, the
-# lockout page) even with the right password, for LOGIN_LOCKOUT_SECONDS after the failure that reached the
-# limit; tries during the lockout do not extend it, and a good sign-in resets the count. Attempts live in
-# Postgres (axes' database handler), so every web worker sees the same count. The address is REMOTE_ADDR:
-# behind a reverse proxy every client shares the proxy's, and the lockout becomes one per username.
+# Every path that sets a password (admin, create_member, createsuperuser, changepassword) checks these.
+AUTH_PASSWORD_VALIDATORS = [{"NAME": f"django.contrib.auth.password_validation.{name}"} for name in (
+    "UserAttributeSimilarityValidator", "MinimumLengthValidator", "CommonPasswordValidator", "NumericPasswordValidator")]
+# Sign-in throttling (django-axes; dashboard.lockout), dashboard and admin alike: LOGIN_FAILURE_LIMIT wrong
+# passwords for a username from one client, or LOGIN_USERNAME_FAILURE_LIMIT from all together, refuse it (429)
+# for LOGIN_LOCKOUT_SECONDS, right password or not; a good sign-in resets the count. The client: REMOTE_ADDR, or
+# the X-Forwarded-For hop TRUSTED_PROXIES (a count, or networks) vouch for; IPv6 by its /64 (client_address).
 LOGIN_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+LOGIN_USERNAME_FAILURE_LIMIT = envint("LOGIN_USERNAME_FAILURE_LIMIT", 100, minimum=LOGIN_FAILURE_LIMIT)
 LOGIN_LOCKOUT_SECONDS = envint("LOGIN_LOCKOUT_SECONDS", 15 * 60, minimum=1)
-AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out pair before any password check
-    "django.contrib.auth.backends.ModelBackend",
-]
+TRUSTED_PROXY_COUNT, TRUSTED_PROXY_NETWORKS = envproxies("TRUSTED_PROXIES")
+# Axes first: it refuses a locked-out pair before any password check.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(seconds=LOGIN_LOCKOUT_SECONDS)
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username"]  # this order: dashboard.lockout reads it
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_CALLABLE = "dashboard.lockout.locked_out"
@@ -432,6 +488,7 @@ SPECTACULAR_SETTINGS = {
 # Celery's per-task lines (received, done, retried); see LOGGING below. Not a CELERY_ name: Celery reads those.
 _task_log_level = envstr("CELERY_TASK_LOG_LEVEL", "WARNING")
 
+# Plain lines on stderr; LOG_LEVEL is the root logger's level.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -456,6 +513,13 @@ EVOLUTION_RABBITMQ_REFRESH_SECONDS = envint("EVOLUTION_RABBITMQ_REFRESH_SECONDS"
 # Ingestion reconciler: period of its beat entry, and how old an unprocessed event must be.
 INGESTION_RECONCILE_SECONDS = envint("INGESTION_RECONCILE_SECONDS", 300, minimum=1)
 INGESTION_STALE_AFTER_SECONDS = envint("INGESTION_STALE_AFTER_SECONDS", 120, minimum=0)
+# An unprocessed event forwarded this many times without being taken is given up: the reconciler marks it
+# processed with outcome `dead` (its last_error kept; visible in the admin's inbox), and retention prunes it.
+INGESTION_MAX_FORWARDS = envint("INGESTION_MAX_FORWARDS", 10, minimum=1)
+# The size bound of one Evolution event, on the webhook and on RabbitMQ alike (ingestion.sizes), apart from
+# the client API's MAX_REQUEST_BODY_BYTES: a media message's caption and thumbnail, or a messages.set history
+# batch, outgrow 64 KiB. Over it, the webhook answers 413 and the consumer parks the message; neither stores it.
+EVOLUTION_EVENT_MAX_BYTES = envint("EVOLUTION_EVENT_MAX_BYTES", 4 * 1024 * 1024, minimum=64 * 1024)
 
 # Maintenance (issue 22). Beat periods (pilot_status/celery.py reads the same variables; checked here).
 RECONCILE_SECONDS = envfloat("RECONCILE_SECONDS", 10.0, above=0)
@@ -488,6 +552,15 @@ CALLBACKS_CIRCUIT_OPEN_SECONDS = envfloat("CALLBACKS_CIRCUIT_OPEN_SECONDS", 60.0
 CALLBACKS_CONNECT_TIMEOUT_SECONDS = envfloat("CALLBACKS_CONNECT_TIMEOUT_SECONDS", 5.0, above=0, at_most=30)
 CALLBACKS_TIMEOUT_SECONDS = envfloat("CALLBACKS_TIMEOUT_SECONDS", 15.0, above=0, at_most=60)
 CALLBACKS_RESPONSE_BODY_BYTES = envint("CALLBACKS_RESPONSE_BODY_BYTES", 1024, minimum=0)
+# One attempt's whole exchange (connect, send, the answer) ends within this many seconds however the receiver
+# drips its bytes, or it is a failed attempt (callbacks.http's watchdog; Celery's threads pool ignores time limits).
+CALLBACKS_ATTEMPT_SECONDS = envfloat("CALLBACKS_ATTEMPT_SECONDS", 15.0, above=0, at_most=60)
+# Attempts in flight at once, across every callbacks worker, per endpoint and per project (callbacks.inflight):
+# one tenant's slow receivers hold at most this many delivery threads. A delivery over the cap waits this long
+# without using an attempt.
+CALLBACKS_INFLIGHT_PER_ENDPOINT = envint("CALLBACKS_INFLIGHT_PER_ENDPOINT", 4, minimum=1)
+CALLBACKS_INFLIGHT_PER_PROJECT = envint("CALLBACKS_INFLIGHT_PER_PROJECT", 4, minimum=1)
+CALLBACKS_INFLIGHT_WAIT_SECONDS = envfloat("CALLBACKS_INFLIGHT_WAIT_SECONDS", 1.0, above=0, at_most=60)
 # A delivery handed to Celery and never claimed (a lost task) is due again after this long.
 CALLBACKS_RELEASE_LEASE_SECONDS = envfloat("CALLBACKS_RELEASE_LEASE_SECONDS", 120.0, above=0)
 # Finished deliveries (SUCCEEDED, FAILED) and their attempts are deleted after this many days.
@@ -496,5 +569,15 @@ CALLBACKS_RETENTION_DAYS = envint("CALLBACKS_RETENTION_DAYS", 30, minimum=1)
 CALLBACKS_MAX_ENDPOINTS_PER_PROJECT = envint("CALLBACKS_MAX_ENDPOINTS_PER_PROJECT", 20, minimum=1)
 CALLBACKS_MAX_URL_LENGTH = envint("CALLBACKS_MAX_URL_LENGTH", 2048, minimum=16)
 # Refuse endpoints whose host resolves to a loopback, private, link-local, multicast, reserved or
-# metadata address, at registration and before every attempt. True only for development and tests.
+# metadata address, at registration, at a send's accept and before every attempt. True only for
+# development (DEBUG=1) and the test stacks: production mode refuses it (pilot_status.production).
 CALLBACKS_ALLOW_PRIVATE_ADDRESSES = envbool("CALLBACKS_ALLOW_PRIVATE_ADDRESSES", False)
+# Looking up an endpoint's or a callbackUrl's host (registration, accept, every attempt) gets this long; a
+# project whose lookup overran is refused at once until it ends, and every project once this many lookups of
+# one process have (callbacks.addresses).
+CALLBACKS_RESOLVE_SECONDS = envfloat("CALLBACKS_RESOLVE_SECONDS", 2.0, above=0, at_most=10)
+CALLBACKS_RESOLVE_OVERDUE_MAX = envint("CALLBACKS_RESOLVE_OVERDUE_MAX", 8, minimum=1)
+# Callbacks go to ports 80 and 443, and to these (comma-separated, e.g. "8443"): docs/security.md.
+CALLBACKS_EXTRA_PORTS = envports("CALLBACKS_EXTRA_PORTS")
+# Replays (one delivery, or an endpoint's failed ones) per endpoint and minute, across every web process.
+CALLBACKS_REPLAYS_PER_MINUTE = envint("CALLBACKS_REPLAYS_PER_MINUTE", 10, minimum=1)

@@ -1,10 +1,12 @@
 """The process topology, described once: `scripts/env.sh .venv/bin/python -m pilot_status.topology procfile > Procfile`.
 
 Every long-running process of a deployment is one `Process` below: its command, the Celery queues it
-works on, whether it runs at the background priority, where its concurrency comes from, and whether
-it may be run more than once. Everything that starts processes reads them from here:
+works on, whether it is background work (its CPU priority is the deployment's: scripts/launch.sh under
+`make run`, the slices of deploy/systemd, compose's cpu_shares), where its concurrency comes from, and
+whether it may be run more than once. Everything that starts processes reads them from here:
 
-- the Procfile is generated from it (tests/pilot_status/test_topology.py checks the committed one);
+- the Procfile and the systemd units in deploy/systemd are generated from it (tests/pilot_status/test_topology.py
+  checks the committed ones);
 - docker-compose.yml runs the same commands (the same test reads the YAML and compares);
 - the bench (bench/launcher.py), the chaos stack (chaos/stack.py) and the test stack
   (tests/support/processes.py) take the commands from `Process.command`, filling in only their own
@@ -26,9 +28,8 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-
-from pilot_status.priority import DEFAULT_BACKGROUND_NICE
 
 if TYPE_CHECKING:
     from pilot_status.lane_worker import LaneWorker
@@ -78,6 +79,10 @@ def stack_site(port: int | str, webhook_port: int | str = "", web_workers: int |
     return replace(site, **rest)
 
 
+# `make run`'s launcher (scripts/launch.sh): each process at its class's CPU priority; BACKGROUND_NICE's default.
+LAUNCHER = "scripts/launch.sh"
+DEFAULT_BACKGROUND_NICE = 10
+
 _EXPAND = re.compile(r"^\{\*(\w+)\}$")
 
 
@@ -88,7 +93,7 @@ class Process:
     argv: tuple[str, ...]
     job: str
     queues: tuple[str, ...] = ()  # the Celery queues it consumes (workers) or feeds (relays)
-    background: bool = True  # runs at BACKGROUND_NICE (compose: cpu_shares); the OTP path does not
+    background: bool = True  # background work: the bulk slice, BACKGROUND_NICE, compose's cpu_shares; the OTP path is not
     concurrency: str = "one"  # where its concurrency comes from
     scaling: Literal["horizontal", "single"] = "horizontal"  # single: a second copy would do the work twice
     ready: str | None = None  # what its log says once it works (a stack waits for it); None: see `listens`
@@ -98,6 +103,14 @@ class Process:
     @property
     def service(self) -> str:
         return self.name.replace("_", "-")
+
+    @property
+    def launch_class(self) -> str | None:
+        """scripts/launch.sh's class (and deploy/systemd's slice, pilot-status-<class>.slice); None: Evolution's
+        stand-in, which is not ours to prioritise."""
+        if self.stand_in:
+            return None
+        return "bulk" if self.background else "otp"
 
     @property
     def lane(self) -> str | None:
@@ -171,13 +184,16 @@ PROCESSES: tuple[Process, ...] = (
             queues=("sync",), ready="ready.", concurrency="one task at a time (-c 1)"),
     Process("worker_bulk", _celery_worker("bulk"), "the dashboard's bulk force-resends",
             queues=("bulk",), ready="ready.", concurrency="one task at a time (-c 1)"),
-    Process("worker_callbacks", ("celery", "-A", "{celery_app}", "worker", "-Q", "callbacks,callbacks_relay",
+    Process("worker_callbacks", ("celery", "-A", "{celery_app}", "worker", "-Q", "callbacks",
                                  "-n", "callbacks@{node}",
                                  "-P", "threads", "-c", "{callbacks_threads}", "--prefetch-multiplier", "1", "-O", "fair",
                                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "{log_level}"),
-            "the callbacks relay pass and the deliveries to customers' endpoints (callbacks app)",
-            queues=("callbacks", "callbacks_relay"), ready="ready.",
+            "the deliveries to customers' endpoints (callbacks app)",
+            queues=("callbacks",), ready="ready.",
             concurrency="threads: CALLBACKS_WORKER_CONCURRENCY (8), each with its own Postgres connection"),
+    Process("worker_callbacks_relay", _celery_worker("callbacks_relay"),
+            "the callbacks relay pass: writes the deliveries owed and hands the due ones out (callbacks app)",
+            queues=("callbacks_relay",), ready="ready.", concurrency="one task at a time (-c 1)"),
     Process("beat", ("celery", "-A", "{celery_app}", "beat", "-l", "{log_level}",
                      "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"),
             "schedules the maintenance tasks (django-celery-beat's DatabaseScheduler)",
@@ -220,52 +236,32 @@ def shell(argv: Sequence[str]) -> str:
 PROCFILE_HEADER = """\
 # Generated from pilot_status/topology.py: edit that, then
 #   scripts/env.sh .venv/bin/python -m pilot_status.topology procfile > Procfile
-# (tests/pilot_status/test_topology.py fails while the two differ).
-# honcho (make run). Every line runs from the repo root with scripts/env.sh's environment and
-# the venv first on PATH. `make run` writes .state/Procfile from this file with
-# scripts/procfile.sh, which drops `simulator` when EVOLUTION_API_URL is not the local simulator.
+# (tests/pilot_status/test_topology.py fails while the two differ). Each process's job: docs/architecture.md,
+# "Processes". honcho (make run) runs every line from the repo root with scripts/env.sh's environment and the
+# venv first on PATH; `make run` drops `simulator` when EVOLUTION_API_URL is not the local simulator
+# (scripts/procfile.sh).
 # web must stay first: honcho gives the first process PORT itself (the others get PORT+100, ...).
-# webhook is its own pool on WEBHOOK_PORT (scripts/env.sh: PORT+1, fixed before honcho starts,
-# like INTERNAL_WEBHOOK_URL which points at it): Evolution's webhooks and the consumer's forwards
-# land there, so a storm of receipts never queues the client API behind it. Its app
-# (pilot_status.internal_wsgi) serves /api/internal/ only, without the browser middleware, and it
-# logs failed requests only (pilot_status/access_log.py). web still serves /api/internal/webhook
-# too (a single-process deployment works unchanged).
-# The webhook pool runs gthread workers: keep-alive for Evolution's and the consumer's pooled
-# connections (a sync worker closes every connection and lingers until the client has closed
-# too), and 16 requests in flight whose commits Postgres flushes together (bench B5: +25 %).
-# The client API runs one sync worker per core (WEB_CONCURRENCY, scripts/env.sh: nproc). Its requests
-# never wait on a broker or an HTTP call, only on Postgres and Redis, so they are CPU-bound: in bench B1's
-# paired rounds on 2 cores (bench/findings.md), 2 workers accepted more sends than 4 in every round, at a
-# lower p99, and the funnel at 2 workers ran at 0.73-0.87x the bare insert at 4 (its own best). A
-# deployment that serves slow admin pages from this pool can raise it.
-# Priorities: the client API and the OTP path (web, relay_otp, worker_otp) run first; every other
-# process of ours is background work and runs through pilot_status.priority at BACKGROUND_NICE
-# (default 10; 0 turns it off) and, where the host allows, in an idle CPU cgroup (BACKGROUND_IDLE_GROUP),
-# so that a marketing drain and its receipts never make an OTP wait for a CPU (bench B3). `exec` keeps each process the leader of the session honcho gives it, which
-# is what the priority is set on (pilot_status/priority.py says why).
-# The lane workers (worker_otp/utility/marketing) start through pilot_status.lane_worker, the one place
-# that sets their pool and concurrency (Celery's threads pool, LANE_WORKER_POOL / LANE_WORKER_CONCURRENCY*,
-# sharing LANE_WORKER_DB_CONNECTIONS Postgres connections: a send waits on Evolution for 0.3-3 s plus its
-# typing, and a waiting thread holds no core and no connection; issue 26). Tests, the bench, chaos and
-# docker-compose start them the same way.
-# Maintenance runs on three workers (pilot_status/celery.py, issue 22) so that no pass waits behind
-# another kind: worker_maintenance (database-only passes: lease recovery, lost releases, expiry,
-# retention), worker_sync (passes that call out: status sync, instance poll, ingestion reconciler),
-# worker_bulk (the dashboard's bulk resends).
-# worker_callbacks serves two queues (issue 23): `callbacks_relay`, the relay pass that writes deliveries
-# from the timeline, the inbox and the opt-ins (beat, every CALLBACKS_RELAY_SECONDS), and `callbacks`,
-# the deliveries to customers' endpoints (apart, so that a pass never waits behind a released batch).
-# Threads: a delivery waits on someone else's server for up to
-# CALLBACKS_TIMEOUT_SECONDS; each thread keeps its own Postgres connection (CALLBACKS_WORKER_CONCURRENCY, 8).
+# web runs one sync worker per core (WEB_CONCURRENCY): its requests wait on Postgres and Redis only, never on
+# a broker or an HTTP call, so they are CPU-bound (bench/findings.md, "WEB_CONCURRENCY").
+# webhook is its own pool on WEBHOOK_PORT (PORT+1), serving /api/internal/ only (pilot_status.internal_wsgi),
+# so a storm of Evolution's receipts never queues the client API. gthread workers keep Evolution's and the
+# consumer's connections alive, and its requests in flight share Postgres's commit flushes
+# (bench/findings.md, "Webhook pool settings").
+# Priorities are the deployment's: every process of ours starts through scripts/launch.sh, `otp` for the client
+# API and the OTP path (web, relay_otp, worker_otp), `bulk` for the rest, which runs at BACKGROUND_NICE (default
+# 10; 0: no nice) and, where systemd lets it, in a scope of the slice deploy/systemd weighs the same way. `exec`
+# keeps each process its session's leader, whose priority the launcher sets too.
 """
 
 
+def launched(process: Process, argv: list[str], launcher: str = LAUNCHER) -> list[str]:
+    """The command as the launcher starts it at its class's priority (Evolution's stand-in: as it is)."""
+    return argv if process.launch_class is None else [launcher, process.launch_class, *argv]
+
+
 def procfile_line(process: Process) -> str:
-    command = shell(process.command(PROCFILE))
-    if process.background:
-        command = f"exec python -m pilot_status.priority ${{BACKGROUND_NICE:-{DEFAULT_BACKGROUND_NICE}}} {command}"
-    return f"{process.name}: {command}"
+    command = shell(launched(process, process.command(PROCFILE)))
+    return f"{process.name}: {'exec ' if process.launch_class else ''}{command}"
 
 
 def procfile() -> str:
@@ -273,15 +269,102 @@ def procfile() -> str:
     return PROCFILE_HEADER + "".join(procfile_line(p) + "\n" for p in PROCESSES)
 
 
-USAGE = "usage: python -m pilot_status.topology procfile"
+# deploy/systemd: a clone in /opt/pilot-status with its .venv (`make install`), the environment in
+# /etc/pilot-status/env (deploy/systemd/README.md). `%%h` is
+# Celery's host name once systemd has read its own `%%` as `%`.
+SYSTEMD = Site(host="0.0.0.0", port="8000", webhook_port="8001", web_workers="${WEB_CONCURRENCY}", node="%%h",
+               callbacks_threads="${CALLBACKS_WORKER_CONCURRENCY}", python="/opt/pilot-status/.venv/bin/python")
+# Each launch class's slice and CPU weight (systemd's default is 100): the OTP path first, the bulk lanes,
+# receipts and maintenance after anything else that wants a core. scripts/launch.sh uses the same weights.
+SLICES = {
+    "otp": ("the client API and the OTP path: first to a core", 1000),
+    "bulk": ("bulk lanes, receipts, callbacks and maintenance: after anything else", 20),
+}
+
+SYSTEMD_SERVICE = """\
+# Generated from pilot_status/topology.py (python -m pilot_status.topology systemd deploy/systemd).
+[Unit]
+Description=Pilot Status {name}: {job}
+PartOf=pilot-status.target
+After=network-online.target postgresql.service redis-server.service rabbitmq-server.service
+Wants=network-online.target
+
+[Service]
+Type=simple
+User=pilot-status
+WorkingDirectory=/opt/pilot-status
+Environment=PATH=/opt/pilot-status/.venv/bin:/usr/bin:/bin WEB_CONCURRENCY=2 CALLBACKS_WORKER_CONCURRENCY=8
+EnvironmentFile=/etc/pilot-status/env
+ExecStart={command}
+Slice={slice}
+Restart={restart}
+RestartSec=2
+KillSignal=SIGTERM
+TimeoutStopSec=30
+
+[Install]
+WantedBy=pilot-status.target
+"""
+
+SYSTEMD_SLICE = """\
+# Generated from pilot_status/topology.py (python -m pilot_status.topology systemd deploy/systemd).
+[Unit]
+Description=Pilot Status, {what}
+
+[Slice]
+CPUWeight={weight}
+"""
+
+SYSTEMD_TARGET = """\
+# Generated from pilot_status/topology.py (python -m pilot_status.topology systemd deploy/systemd).
+# `systemctl start pilot-status.target` starts every unit below; a machine that runs only some of them (the
+# OTP lane's own machines, docs/scaling.md) enables those units alone.
+[Unit]
+Description=Pilot Status (every process of one machine)
+Wants={units}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def systemd_units() -> dict[str, str]:
+    """deploy/systemd's files by name: one service per process of ours (beat's second copy exits with status 3, so
+    it is not restarted), a slice per launch class, and the target that starts them."""
+    units: dict[str, str] = {}
+    for process in PROCESSES:
+        if process.launch_class is None:
+            continue
+        command = " ".join(process.command(SYSTEMD)).replace("$(nproc)", "")
+        units[f"pilot-status-{process.service}.service"] = SYSTEMD_SERVICE.format(
+            name=process.name, job=process.job.replace("%", "%%"), command=command,
+            slice=f"pilot-status-{process.launch_class}.slice",
+            restart="on-failure" if process.scaling == "horizontal" else "on-abnormal")
+    for name, (what, weight) in SLICES.items():
+        units[f"pilot-status-{name}.slice"] = SYSTEMD_SLICE.format(what=what, weight=weight)
+    services = " ".join(name for name in units if name.endswith(".service"))
+    units["pilot-status.target"] = SYSTEMD_TARGET.format(units=services)
+    return units
+
+
+def write_systemd_units(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in systemd_units().items():
+        (folder / name).write_text(text)
+
+
+USAGE = "usage: python -m pilot_status.topology procfile | systemd FOLDER"
 
 
 def main(argv: list[str]) -> int:
-    if argv != ["procfile"]:
-        print(USAGE, file=sys.stderr)
-        return 2
-    sys.stdout.write(procfile())
-    return 0
+    if argv == ["procfile"]:
+        sys.stdout.write(procfile())
+        return 0
+    if len(argv) == 2 and argv[0] == "systemd":
+        write_systemd_units(Path(argv[1]))
+        return 0
+    print(USAGE, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

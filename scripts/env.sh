@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's environment (contract.md §7), for make recipes and for your own shell.
+# The project's environment (README, "Set-up"; .env.example), for make recipes and for your own shell.
 #
 #   scripts/env.sh [--test] COMMAND [ARGS...]   run COMMAND in that environment
 #   scripts/env.sh [--test]                      print the resulting §7 variables
@@ -98,8 +98,10 @@ _pilot_env() {
         _pilot_default TYPING_DELAY_MS_PER_CHAR 0
         _pilot_default TYPING_DELAY_OTP_MS 0
         # Tests run their webhook receivers on 127.0.0.1; tests/callbacks/test_addresses.py turns the
-        # guard back on where it is the subject (docs/security.md "Callbacks").
+        # guard back on where it is the subject (docs/security.md "Callbacks"). Production mode refuses
+        # the setting except in a test stack, which says so (pilot_status/production.py).
         _pilot_default CALLBACKS_ALLOW_PRIVATE_ADDRESSES true
+        _pilot_default PILOT_TEST_STACK 1
     else
         _pilot_load_dotenv "$_pilot_root/.env"
     fi

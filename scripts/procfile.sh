@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Print the Procfile that `make run` gives honcho: ./Procfile, minus the `simulator` line when
-# EVOLUTION_API_URL points somewhere other than the local simulator (contract §7: then the
+# EVOLUTION_API_URL points somewhere other than the local simulator (README, "Set-up": then the
 # whole stack runs against that Evolution API instead). ./Procfile is generated from the process
 # topology (pilot_status/topology.py; a test keeps the two equal), where `simulator` is the one
 # stand-in process.

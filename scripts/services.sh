@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Postgres 15, Redis and RabbitMQ for Pilot Status: private instances on loopback, state in .state/.
+# Postgres, Redis and RabbitMQ for Pilot Status: private instances on loopback, state in .state/.
+# Postgres is the distribution's (15 on Debian 12, 16 on Ubuntu 24.04, 17 on Debian 13): see pg_choose_bin.
 #
 #   scripts/services.sh up | down | status | destroy
 #   scripts/services.sh start   postgres|redis|rabbitmq     (same data, same port as `up`)
@@ -23,8 +24,7 @@
 # SERVER_NICE (-10; 0 leaves them as started): the servers' CPU priority, see server_priority.
 # Every start also takes the servers' ports out of the kernel's ephemeral range (reserve_ports).
 #
-# Everything is stopped by the PID in its pidfile, never by process name. See
-# /work/shared/spec/services.md for the facts behind the choices here.
+# Everything is stopped by the PID in its pidfile, never by process name.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -33,7 +33,7 @@ STATE="$ROOT/.state"
 # /root, as in CI): one folder per repo path, so two clones never share data.
 ALT_BASE="/var/tmp/pilot-status-$(printf '%s' "$ROOT" | sha1sum | cut -c1-10)"
 
-PG_BIN=/usr/lib/postgresql/15/bin
+PG_BIN=""  # pg_choose_bin
 PG_APP_USER=pilot
 PG_APP_PASSWORD=pilot
 PG_APP_DB=pilot_status
@@ -52,8 +52,8 @@ say() { printf '%s\n' "$*"; }
 # server_priority NAME PID: the server (every thread of its process group) and its session's autogroup at
 # SERVER_NICE. Every hop of an OTP goes through these servers, and on a host they share with the stack they
 # serve before any process of ours, as they would on machines of their own (compose: their cpu_shares).
-# Behind a marketing backlog on the 2-core bench host, B3's busy p99 read a median of 48.5 ms with the servers
-# raised against 57 ms without (twelve streams each, interleaved, 2026-12-03; bench/findings.md). Postgres
+# On a shared host this shortens an OTP's wait behind a marketing backlog (bench/findings.md, "Process
+# priorities"). Postgres
 # starts each backend in a session of its own: they inherit the postmaster's nice, but where the kernel's
 # autogroups are on their sessions stay at nice 0 (what counts there is RabbitMQ's and Redis's). Raising a
 # priority takes root: without it the server runs as started, and the status line says so.
@@ -61,7 +61,9 @@ server_priority() {
     local nice=${SERVER_NICE:--10} pid=$2 pgid
     SERVER_PRIORITY=""
     [ "$nice" = 0 ] || [ -z "$pid" ] && return 0
-    pgid=$(ps -o pgid= -p "$pid" | tr -d ' ')
+    # The process group is field 5 of /proc/PID/stat (after the command's closing parenthesis); no `ps`,
+    # which a minimal root does not have.
+    pgid=$(sed -n 's/.*) [A-Za-z] [0-9]* \([0-9]*\) .*/\1/p' "/proc/$pid/stat" 2>/dev/null || true)
     if [ -n "$pgid" ] && renice -n "$nice" -g "$pgid" >/dev/null 2>&1; then
         # The session's autogroup weighs more than a process's nice where autogroups are on.
         if grep -q . "/proc/$pid/autogroup" 2>/dev/null; then
@@ -191,13 +193,38 @@ apt_ensure() {
     [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
+# pg_choose_bin: PG_BIN, the binaries of the Postgres this clone's cluster was made with (its PG_VERSION;
+# a cluster never starts under another major version), else the newest installed (Debian's `postgresql`
+# package brings the distribution's own: 15 on Debian 12, 17 on Debian 13). Empty when none is installed.
+pg_choose_bin() {
+    local version="" dir
+    pg_paths
+    [ -r "$PG_DATA/PG_VERSION" ] && version=$(tr -dc '0-9' <"$PG_DATA/PG_VERSION")
+    if [ -n "$version" ]; then
+        PG_BIN=/usr/lib/postgresql/$version/bin
+        return 0
+    fi
+    PG_BIN=""
+    for dir in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V); do
+        [ -x "$dir/postgres" ] && [ -x "$dir/psql" ] && PG_BIN=$dir
+    done
+    return 0
+}
+
 # The servers' packages, checked by their binaries (fast, no apt call when all are there).
 ensure_packages() {
-    local missing=()
+    local missing=() version=""
+    pg_choose_bin
     [ -x /usr/bin/redis-server ] || missing+=(redis-server)
     [ -x /usr/sbin/rabbitmq-server ] || missing+=(rabbitmq-server)
-    [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/psql" ] || missing+=(postgresql-15)
+    if [ -z "$PG_BIN" ] || [ ! -x "$PG_BIN/postgres" ] || [ ! -x "$PG_BIN/psql" ]; then
+        version=${PG_BIN#/usr/lib/postgresql/}
+        version=${version%/bin}
+        # the cluster's own major version, else the distribution's default
+        if [ -n "$version" ]; then missing+=("postgresql-$version"); else missing+=(postgresql); fi
+    fi
     [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+    pg_choose_bin
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -702,6 +729,7 @@ main() {
     [ -n "$cmd" ] || usage
     mkdir -p "$STATE"
     load_ports
+    pg_choose_bin
     # Serialise state-changing commands (two `make test` at once would otherwise race to start
     # the same servers). flock -o: the lock is not inherited by the servers we start.
     if [ "$cmd" != status ] && [ -z "${PILOT_SERVICES_LOCKED:-}" ]; then

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import logging
 import resource
 import signal
@@ -11,6 +12,7 @@ import sys
 
 from aiohttp import web
 
+from . import banmodel
 from .app import load_preload, make_app
 from .config import DEFAULT_API_KEY, DEFAULT_EXCHANGE, GlobalConfig, env_first
 from .keys import WORLD
@@ -37,10 +39,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preload", help="JSON file: a list of instance configs (control-API shape plus 'name')")
     p.add_argument("--server-url", help="value of server_url in events (default http://HOST:PORT)")
     p.add_argument("--log-level", default=env_first("SIMULATOR_LOG_LEVEL", default="WARNING"))
+    p.add_argument("--ban-model", action=argparse.BooleanOptionalAction,
+                   default=env_first("SIMULATOR_BAN_MODEL", default="") in ("1", "true", "yes", "on"),
+                   help="judge every Baileys number by the ban model (off by default; see simulator/README.md)")
+    p.add_argument("--time-scale", type=float, default=float(env_first("SIMULATOR_TIME_SCALE", default="1") or 1),
+                   help="model seconds per real second for the ban model's durations (1000: a week in ~10 min)")
     return p.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> None:
+    ban_model = copy.deepcopy(banmodel.DEFAULTS)
+    ban_model["enabled"] = args.ban_model
     cfg = GlobalConfig(
         api_key=args.api_key,
         webhook_url=args.global_webhook_url,
@@ -50,6 +59,8 @@ async def serve(args: argparse.Namespace) -> None:
         exchange=args.exchange,
         prefix=args.prefix,
         declare_queues=args.declare_queues,
+        ban_model=ban_model,
+        time_scale=banmodel.check_time_scale(args.time_scale),
     )
     app = make_app(cfg, load_preload(args.preload))
     # Short grace period: a hung request (hang_ms) must not hold up shutdown.

@@ -11,7 +11,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from . import __version__, control, errors, jsonbody, routes_events, routes_instance, routes_message, shapes
+from . import (__version__, control, control_model, errors, jsonbody, routes_events, routes_instance, routes_message,
+               shapes)
 from .config import GlobalConfig
 from .events import Emitter
 from .guards import halts
@@ -97,10 +98,12 @@ def make_app(cfg: GlobalConfig, preload: list[dict[str, Any]] | None = None) -> 
     r.add_post("/chat/whatsappNumbers/{instance}", routes_message.whatsapp_numbers)
     r.add_post("/chat/findStatusMessage/{instance}", routes_message.find_status_message)
     r.add_post("/chat/findMessages/{instance}", routes_message.find_messages)
+    r.add_get("/baileys/generateMessageID/{instance}", routes_message.generate_message_id)
     r.add_post("/webhook/set/{instance}", routes_events.set_webhook)
     r.add_get("/webhook/find/{instance}", routes_events.find_webhook)
     r.add_post("/rabbitmq/set/{instance}", routes_events.set_rabbitmq)
     control.add_routes(app)
+    control_model.add_routes(app)
     r.add_route("*", "/{tail:.*}", unknown_route)  # last: see unknown_route
     return app
 

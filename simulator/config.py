@@ -7,6 +7,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import banmodel
+
 DEFAULT_API_KEY = "BQYHJGJHJ"  # Evolution's code default for AUTHENTICATION_API_KEY
 DEFAULT_EXCHANGE = "evolution_exchange"
 
@@ -58,6 +60,10 @@ class GlobalConfig:
     # holds it this long, one at a time, before its handler runs; 0 = served at once. Calls then queue
     # behind each other, as a busy Evolution's do (GET / too: that is what a caller's probe sees).
     service_ms: float = 0.0
+    # The ban model (simulator/banmodel.py), off unless turned on; every one of its durations passes
+    # `time_scale` times faster than real time.
+    ban_model: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(banmodel.DEFAULTS))
+    time_scale: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -98,9 +98,9 @@ class Emitter:
                 self._post(inst, url, body, None)  # global webhooks carry no custom headers
 
         if rabbit is not None and (to_global_rmq or to_instance_rmq):
-            # Key order of evolution-samples/rabbitmq.*.body.json. evolution-api.md §7 reads
-            # rabbitmq.controller.ts as putting server_url right after data; the two spec files
-            # disagree and consumers must not depend on key order either way.
+            # Key order of tests/simulator/samples/rabbitmq.*.body.json. rabbitmq.controller.ts may put
+            # server_url right after data; the sources disagree and consumers must not depend on key
+            # order either way.
             message: dict[str, Any] = {"event": event, "instance": inst.name, "data": data, "date_time": stamp}
             if sender is not None:
                 message["sender"] = sender

@@ -10,7 +10,8 @@ from . import errors
 from .ids import digits_of
 
 _RATES = ("error_rate", "hang_rate", "webhook_drop_rate", "webhook_duplicate_rate",
-          "rabbitmq_drop_rate", "rabbitmq_duplicate_rate", "lose_answer_before_rate", "lose_answer_after_rate")
+          "rabbitmq_drop_rate", "rabbitmq_duplicate_rate", "lose_answer_before_rate", "lose_answer_after_rate",
+          "never_ack_rate")
 _NUMBERS = ("latency_ms", "send_latency_ms", "hang_ms")
 
 
@@ -31,6 +32,9 @@ class Faults:
     # anything is sent, or after the message reached WhatsApp. One draw per call, so the two rates add.
     lose_answer_before_rate: float = 0.0
     lose_answer_after_rate: float = 0.0
+    # WhatsApp takes the message (201 PENDING, send.message) and never acknowledges it: no receipt at all,
+    # the instance still connected (evolution-api #1938, #2597).
+    never_ack_rate: float = 0.0
     not_on_whatsapp: list[str] = field(default_factory=list)
     number_cached: bool = False
     ack_delays_ms: dict[str, float | None] = field(default_factory=dict)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import re
 import time
 import uuid
+from typing import Any
 
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 _STRIP = str.maketrans("", "", "+ ()-")
@@ -18,6 +20,33 @@ def message_id() -> str:
     The 3E prefix is what Baileys' ``getDevice`` maps to ``source: "web"``.
     """
     return "3EB0" + os.urandom(9).hex().upper()
+
+
+# Baileys getDevice (src/Utils/messages.ts): the device a message id says it came from. JavaScript's `$`
+# without the m flag is the end of the string, hence \Z here.
+_DEVICE_PATTERNS = (("ios", re.compile(r"3A.{18}\Z")), ("web", re.compile(r"3E.{20}\Z")),
+                    ("android", re.compile(r"(?:.{21}|.{32})\Z")), ("desktop", re.compile(r"3F|.{18}\Z")))
+DEVICES = ("android", "ios", "web", "desktop")
+
+
+def device_of(key_id: Any) -> str:
+    """Evolution's `source` for a message id (prepareMessage: getDevice(key.id)); "unknown" otherwise."""
+    if isinstance(key_id, str):
+        for device, pattern in _DEVICE_PATTERNS:
+            if pattern.match(key_id):
+                return device
+    return "unknown"
+
+
+def device_message_id(device: str) -> str:
+    """A message id in the format `device` gives its messages (Baileys' getDevice reads it back)."""
+    if device == "ios":
+        return "3A" + os.urandom(9).hex().upper()  # 20 characters
+    if device == "android":
+        return os.urandom(16).hex().upper()  # 32 characters
+    if device == "desktop":
+        return "3F" + os.urandom(9).hex().upper()  # 20 characters, "3F" first
+    return message_id()  # web: WhatsApp Web, or another Baileys integration linked to the number
 
 
 def _b36(n: int, width: int) -> str:
@@ -103,3 +132,12 @@ def create_jid(raw: str) -> str:
 
 def is_group(jid: str) -> bool:
     return jid.endswith("@g.us")
+
+
+def js_truthy(value: Any) -> bool:
+    """JavaScript truthiness of a JSON value: Evolution's `if (messageId)` (empty lists and objects are true)."""
+    if value is None or value is False or value == "":
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value != 0 and value == value  # 0 and NaN are false
+    return True

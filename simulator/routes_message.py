@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import errors, jsonbody, schemas, shapes
+from . import errors, ids, jsonbody, schemas, shapes
 from .errors import Halt
 from .guards import halts, instance_route
 from .keys import WHATSAPP, WORLD
@@ -27,7 +27,10 @@ async def send_text(request: web.Request) -> web.StreamResponse:
                               "reached": False, "answer_lost": None,
                               # How long this handler took, ms: against the latency and delay it was
                               # asked for, what the simulator's own event loop added (bench B8).
-                              "served_ms": None}
+                              "served_ms": None,
+                              # The messageId asked for; whether that id was used before on this number;
+                              # what WhatsApp made of the message (accepted, 463, unacknowledged).
+                              "message_id": None, "id_reused": None, "wa_outcome": None}
     world.sends.append(record)
     started = time.monotonic()
     stats = world.stats  # a reset meanwhile swaps world.stats: finish on the object this call started on
@@ -53,7 +56,18 @@ async def _send_text(request: web.Request, record: dict[str, Any]) -> web.Stream
     body = await jsonbody.read(request)
     if isinstance(body, dict):  # logged even when a guard rejects the request
         record["number"], record["text"], record["delay"] = body.get("number"), body.get("text"), body.get("delay")
+        record["message_id"] = body.get("messageId")
     _, inst, _ = await instance_route(request, body=False)
+    # In flight on this number from here (the ban model's "parallel" rule counts them), until answered.
+    inst.in_flight += 1
+    inst.max_in_flight = max(inst.max_in_flight, inst.in_flight)
+    try:
+        return await _send_on(request, record, inst, body)
+    finally:
+        inst.in_flight -= 1
+
+
+async def _send_on(request: web.Request, record: dict[str, Any], inst: Instance, body: Any) -> web.StreamResponse:
     problems = schemas.validate(schemas.TEXT_MESSAGE, body)
     if problems:
         return errors.validation_failed(problems)
@@ -90,10 +104,11 @@ async def _send_text(request: web.Request, record: dict[str, Any]) -> web.Stream
             return errors.bad_request("Error: Connection Closed")
     if faults.send_latency_ms:
         await asyncio.sleep(faults.send_latency_ms / 1000)  # WhatsApp taking the message
-    msg = whatsapp.send_text(inst, jid, text)
-    record["id"] = msg.response["key"]["id"]
+    sent = whatsapp.send_text(inst, jid, text, body.get("messageId"))
+    record["id"] = sent.msg.response["key"]["id"]
     record["reached"] = True
-    response = errors.reply(201, msg.response)
+    record["id_reused"], record["wa_outcome"] = sent.id_reused, sent.outcome
+    response = errors.reply(201, sent.msg.response)
     if hang:
         await asyncio.sleep(faults.hang_ms / 1000)  # sent, events flowing, answer stuck
     return response
@@ -175,6 +190,21 @@ def _page(body: dict[str, Any]) -> tuple[int, int]:
 
 
 @halts
+async def generate_message_id(request: web.Request) -> web.StreamResponse:
+    # allows GET /baileys/generateMessageID/{instance}
+    world = request.app[WORLD]
+    inst = world.live(request.match_info["instance"])
+    if inst is not None and inst.ignore_message_id:
+        # An Evolution older than messageId has no such route either.
+        await jsonbody.read(request)
+        return errors.not_found(f"Cannot {request.method.upper()} {request.raw_path}")
+    _, inst, _ = await instance_route(request)
+    if not inst.loaded:
+        return errors.not_loaded("generateMessageID")
+    return errors.reply(200, {"id": ids.message_id()})  # Baileys generateMessageIDV2: 3EB0 + 18 hex
+
+
+@halts
 async def find_status_message(request: web.Request) -> web.StreamResponse:
     # allows POST /chat/findStatusMessage/{instance}
     _, inst, body = await instance_route(request)
@@ -185,9 +215,8 @@ async def find_status_message(request: web.Request) -> web.StreamResponse:
         return errors.not_loaded("fetchStatusMessage")
     where = body.get("where") or {}
     key_id, remote_jid = where.get("id"), where.get("remoteJid")
-    if key_id is not None:
-        msg = inst.messages.get(key_id)
-        rows = list(msg.updates) if msg else []
+    if key_id is not None:  # MessageUpdate.keyId = id: every row of every message with that id
+        rows = [row for m in inst.indexed(key_id) for row in m.updates]
     else:
         rows = [row for m in inst.messages.values() for row in m.updates]
     if remote_jid is not None:
@@ -207,9 +236,14 @@ def _epoch(value: Any) -> int | None:
 def _matches(msg: StoredMessage, where: dict[str, Any]) -> bool:
     r = msg.response
     key: dict[str, Any] = where["key"] if isinstance(where.get("key"), dict) else {}
-    for field in ("id", "remoteJid", "fromMe"):
-        if field in key and key[field] != r["key"][field]:
+    # fetchMessages adds a key condition only for a truthy value: `fromMe: false` filters nothing.
+    for field in ("id", "fromMe", "participant"):
+        if key.get(field) and key[field] != r["key"].get(field):
             return False
+    # remoteJid OR remoteJidAlt, each compared with the same field of the stored key, exactly.
+    jids = [(f, key[f]) for f in ("remoteJid", "remoteJidAlt") if key.get(f)]
+    if jids and not any(r["key"].get(f) == value for f, value in jids):
+        return False
     if "id" in where and where["id"] != msg.row_id:
         return False
     for field in ("messageType", "source"):
@@ -234,9 +268,8 @@ async def find_messages(request: web.Request) -> web.StreamResponse:
         return errors.not_loaded("fetchMessages")
     where: dict[str, Any] = body["where"] if isinstance(body.get("where"), dict) else {}
     key_id = where["key"].get("id") if isinstance(where.get("key"), dict) else None
-    if key_id is not None:
-        msg = inst.messages.get(key_id)
-        found = [msg] if msg is not None and _matches(msg, where) else []
+    if key_id:  # key->>'id' = id: a reused id has a row per send
+        found = [m for m in inst.indexed(key_id) if _matches(m, where)]
     else:
         found = [m for m in inst.messages.values() if _matches(m, where)]
     found.sort(key=lambda m: (m.response["messageTimestamp"], m.seq), reverse=True)

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import ids
+from .banmodel import ModelClock, Standing
 from .config import GlobalConfig
 from .faults import Faults
 
@@ -60,12 +61,15 @@ class RabbitRow:
 
 @dataclass(slots=True)
 class StoredMessage:
-    """A sent message: its Message row id, the sendText answer and its MessageUpdate rows."""
+    """A Message row: its id, the message as Evolution stored it (the sendText answer for ours) and the
+    MessageUpdate rows attached to it."""
 
     row_id: str
     seq: int
     response: dict[str, Any]
     updates: list[dict[str, Any]] = field(default_factory=list)
+    # Evolution's MessageUpdate.keyId is VARCHAR(100): a longer id gets its events but no rows.
+    keeps_updates: bool = True
 
 
 @dataclass(slots=True)
@@ -91,7 +95,19 @@ class Instance:
     # Contacts WhatsApp addresses by LID (phone digits → `…@lid`): their chats and messages are
     # stored under the LID jid, as Evolution 2.3.7 does, with the phone jid as `remoteJidAlt`.
     lids: dict[str, str] = field(default_factory=dict)
+    # Message rows by row id, oldest first; by WhatsApp key id too. Evolution has no unique index on the
+    # key id: a reused messageId makes a second row, and a look-up by key id finds both.
     messages: OrderedDict[str, StoredMessage] = field(default_factory=OrderedDict)
+    by_key_id: dict[str, list[StoredMessage]] = field(default_factory=dict)
+    # An Evolution older than `messageId` (an unknown field then): every send gets an id Baileys makes.
+    ignore_message_id: bool = False
+    # This number's overrides of the global ban model, and what the model holds against it.
+    ban_model: dict[str, Any] = field(default_factory=dict)
+    standing: Standing = field(default_factory=Standing)
+    # Contacts the number exchanged a message with (phone digits, or a LID nobody mapped): not cold.
+    warm: set[str] = field(default_factory=set)
+    in_flight: int = 0  # sendText calls on this number being answered now, and the most at once
+    max_in_flight: int = 0
     # Evolution's injected 1:1 contextInfo; identical for every message, so shared (memory).
     context_info: dict[str, Any] = field(default_factory=dict)
     send_total: int = 0
@@ -138,6 +154,8 @@ class Instance:
             "rabbitmq": {"enabled": self.rabbitmq.enabled, "events": self.rabbitmq.events},
             "faults": self.faults.to_dict(),
             "lids": dict(self.lids),
+            "ignore_message_id": self.ignore_message_id,
+            "ban_model": dict(self.ban_model),
             "created_at": self.created_at,
         }
 
@@ -147,7 +165,22 @@ class Instance:
             "by_status": dict(self.send_by_status),
             "events_emitted": self.events_emitted,
             "stored_messages": len(self.messages),
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
         }
+
+    def contact(self, jid: str) -> str:
+        """Who a jid is, for warmth: the phone digits (a LID mapped back to its phone when known)."""
+        user, _, server = jid.partition("@")
+        if server == "lid":
+            for phone, lid in self.lids.items():
+                if lid == jid:
+                    return phone
+            return jid
+        return user.split(":")[0]
+
+    def indexed(self, key_id: Any) -> list[StoredMessage]:
+        return self.by_key_id.get(key_id, []) if isinstance(key_id, str) else []
 
 
 @dataclass(slots=True)
@@ -205,6 +238,7 @@ class World:
         # Insertion order of stored messages across instances, to forget the oldest first.
         self.message_order: deque[tuple[Instance, str]] = deque()
         self.stats = Stats()
+        self.clock = ModelClock(cfg.time_scale)  # the ban model's time
         # Bumped by reset so timers scheduled before it (receipts, pairing) become no-ops.
         self.generation = 0
         self._seq = 0
@@ -218,13 +252,30 @@ class World:
         return self._seq
 
     def store_message(self, inst: Instance, msg: StoredMessage) -> None:
+        inst.messages[msg.row_id] = msg
         key_id = msg.response["key"]["id"]
-        inst.messages[key_id] = msg
-        self.message_order.append((inst, key_id))
+        if isinstance(key_id, str):  # a non-string id is stored, but no look-up by a string finds it
+            inst.by_key_id.setdefault(key_id, []).append(msg)
+        self.message_order.append((inst, msg.row_id))
         # Bound memory during long benchmarks: forget the oldest messages first.
         while len(self.message_order) > self.cfg.max_stored_messages:
-            old_inst, old_id = self.message_order.popleft()
-            old_inst.messages.pop(old_id, None)
+            old_inst, old_row = self.message_order.popleft()
+            old = old_inst.messages.pop(old_row, None)
+            if old is not None:
+                self._unindex(old_inst, old)
+
+    @staticmethod
+    def _unindex(inst: Instance, msg: StoredMessage) -> None:
+        key_id = msg.response["key"]["id"]
+        same = inst.by_key_id.get(key_id) if isinstance(key_id, str) else None
+        if same is None:
+            return
+        if same[0] is msg:  # the oldest goes first: almost always the head
+            same.pop(0)
+        elif msg in same:
+            same.remove(msg)
+        if not same:
+            del inst.by_key_id[key_id]
 
     def reset(self, include_global: bool) -> None:
         self.generation += 1
@@ -236,3 +287,5 @@ class World:
                 setattr(self.cfg, key, value)
         self.sends = deque(maxlen=self.cfg.max_stored_messages)
         self.message_order.clear()
+        if self.clock.scale != self.cfg.time_scale:
+            self.clock.set_scale(self.cfg.time_scale)

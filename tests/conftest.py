@@ -68,9 +68,14 @@ def bob(alice: Actor) -> Any:
 
 
 def add_instance(project: Project | None, name: str, *, official: bool = False, priority: int = 100,
-                 token: str | None = None) -> Instance:
+                 token: str | None = None, profile: str = "official") -> Instance:
+    # `official` send profile unless a test says otherwise: the tests written before the sending policy measure
+    # throughput, retries and routing, not a human pace (tests/messaging/test_sending_policy*.py do).
     operators.add_instance(name, project.pk if project else None, official=official, priority=priority,
-                           token=token or f"TOKEN-{name}".upper())
+                           token=token or f"TOKEN-{name}".upper(), profile=profile)
+    if profile == "official":
+        # Nor Meta's pair rate: they send many messages to one recipient to measure what the pipeline does.
+        Instance.objects.filter(name=name).update(send_policy={"pair_gap_seconds": 0})
     return Instance.objects.get(name=name)
 
 
@@ -162,19 +167,14 @@ def _clean_redis() -> None:
         pass  # a test that stopped Redis restarts it in its own teardown
 
 
+# tests/image runs only under `make image-check`, which builds the image and names it here: the suite itself
+# never builds one (minutes of CPU, and a builder the machine may not have).
+collect_ignore = [] if os.environ.get("PILOT_STATUS_IMAGE") else ["image"]
+
+
 def pytest_configure(config: Any) -> None:
     os.environ.setdefault("PILOT_STATUS_TESTS", "1")
     # Tests read a counter right after the work it counts: this process sends each count at once.
     # The processes a stack test starts keep the default; tests/pilot_status/test_metrics_carry.py
     # covers the wait.
     settings.METRICS_FLUSH_SECONDS = 0
-
-
-def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
-    """Run the tests that start the stack last.
-
-    Once started, the session's relay and workers keep working on the test database: a plain
-    test's committed outbox rows would be released and sent under its feet. Ordering keeps the
-    two worlds apart without slowing either down.
-    """
-    items.sort(key=lambda item: "stack" in getattr(item, "fixturenames", ()))

@@ -7,8 +7,7 @@ real OTP would). Latency = sent_at - created_at of each OTP, both stamped by the
 
 The simulator runs at B8's priority for both streams (`gateway_cpu`): the real gateway has machines of its own,
 and at the stack's share of the two cores the stand-in served an OTP's sendText late whenever the backlog's
-receipts kept it busy (B3-only runs, interleaved, 2026-12-03: busy p99 83, 50 and 50 ms at its usual priority,
-with `http` p99 up to 58 ms; 45, 45 and 57 ms at nice -10, `http` p99 6-9 ms; idle 26-33 ms either way).
+receipts kept it busy (bench/findings.md, "Reading the numbers").
 
 Callbacks are on for every message (issue 23: "callbacks must never slow an OTP"): each run registers a
 `message.status` endpoint for project A (the backlog's and the OTP stream's) at a receiver in the bench

@@ -159,7 +159,7 @@ def run(ctx: Context) -> dict[str, Any]:
         # path's own ceiling, against which the rate can be read.
         "release_ceiling_per_s": RELEASE_BATCH / float(settings.CALLBACKS_RELAY_SECONDS),
         "callbacks_worker_threads": concurrency(ctx.stack.processes["worker-callbacks"].argv),
-        # No figure is named for B7 in the issue or the spec: reported, not judged.
+        # No figure is named for B7 in issue 23: reported, not judged.
         "target": None,
         "met": None,
         "all_delivered": all(r["all_delivered"] and r["received"] == r["owed"] == r["deliveries"]["written"]

@@ -1,6 +1,6 @@
-"""/v1/webhook-endpoints and /v1/webhook-deliveries: parse, scope to the key's project (another
-project's endpoint is 404), call callbacks.endpoints, respond. Same auth, throttle and error
-envelope as every /v1 route (pilot_status.api.ClientApiView)."""
+"""/v1/webhook-endpoints and /v1/webhook-deliveries: parse, scope to the key's project and environment
+(another project's endpoint, or the other environment's, is 404), call callbacks.endpoints, respond. Same
+auth, throttle and error envelope as every /v1 route (pilot_status.api.ClientApiView)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ _ERRORS = {
     404: "not_found",
     409: "too_many_endpoints (create), endpoint_disabled (replay)",
     415: "unsupported_media_type",
-    422: "forbidden_address, unresolvable_host, invalid_url (the URL may not be called)",
-    429: "rate_limited (see Retry-After)",
+    422: "forbidden_address, forbidden_port, invalid_url (the URL may not be called)",
+    429: "rate_limited (see Retry-After; replays also per endpoint, CALLBACKS_REPLAYS_PER_MINUTE)",
 }
 
 
@@ -199,20 +199,26 @@ def _body(request: Request) -> Any:
 
 class _EndpointView(ClientApiView):
     def endpoint(self, endpoint_id: uuid.UUID) -> WebhookEndpoint:
-        found: WebhookEndpoint | None = endpoints.for_project(self.project).filter(pk=endpoint_id).first()
+        scoped = endpoints.for_scope(self.project, self.environment)
+        found: WebhookEndpoint | None = scoped.filter(pk=endpoint_id).first()
         if found is None:
             raise exceptions.NotFound("No such webhook endpoint.")
         return found
 
 
 class EndpointListView(_EndpointView):
-    @extend_schema(operation_id="list_webhook_endpoints", responses=_responses(200, EndpointList, 401, 429))
+    @extend_schema(
+        operation_id="list_webhook_endpoints",
+        summary="List the webhook endpoints of this key's project and environment.",
+        responses=_responses(200, EndpointList, 401, 429),
+    )
     def get(self, request: Request) -> Response:
-        rows = endpoints.for_project(self.project).order_by("created_at", "pk")
+        rows = endpoints.for_scope(self.project, self.environment).order_by("created_at", "pk")
         return Response({"data": [endpoint_body(e) for e in rows]})
 
     @extend_schema(
         operation_id="create_webhook_endpoint",
+        summary="Create a webhook endpoint; its signing secret is shown once.",
         request=EndpointCreateSerializer,
         responses=_responses(201, EndpointBody, 400, 401, 409, 415, 422, 429),
     )
@@ -220,17 +226,22 @@ class EndpointListView(_EndpointView):
         params = EndpointCreateSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         data = params.validated_data
-        created = endpoints.create(self.project, data["url"], data["eventTypes"], data["description"])
+        created = endpoints.create(self.project, self.environment, data["url"], data["eventTypes"], data["description"])
         return Response(endpoint_body(created, with_secret=True), status=status.HTTP_201_CREATED)
 
 
 class EndpointDetailView(_EndpointView):
-    @extend_schema(operation_id="get_webhook_endpoint", parameters=[ENDPOINT_ID], responses=_responses(200, EndpointBody, 401, 404, 429))
+    @extend_schema(
+        operation_id="get_webhook_endpoint",
+        summary="One webhook endpoint.",
+        parameters=[ENDPOINT_ID], responses=_responses(200, EndpointBody, 401, 404, 429),
+    )
     def get(self, request: Request, endpoint_id: uuid.UUID) -> Response:
         return Response(endpoint_body(self.endpoint(endpoint_id)))
 
     @extend_schema(
         operation_id="update_webhook_endpoint",
+        summary="Change an endpoint's URL, event types or enabled state.",
         parameters=[ENDPOINT_ID],
         request=EndpointUpdateSerializer,
         responses=_responses(200, EndpointBody, 400, 401, 404, 415, 422, 429),
@@ -240,7 +251,11 @@ class EndpointDetailView(_EndpointView):
         params.is_valid(raise_exception=True)
         return Response(endpoint_body(endpoints.update(self.endpoint(endpoint_id), dict(params.validated_data))))
 
-    @extend_schema(operation_id="delete_webhook_endpoint", parameters=[ENDPOINT_ID], responses=_responses(204, None, 401, 404, 429))
+    @extend_schema(
+        operation_id="delete_webhook_endpoint",
+        summary="Delete a webhook endpoint.",
+        parameters=[ENDPOINT_ID], responses=_responses(204, None, 401, 404, 429),
+    )
     def delete(self, request: Request, endpoint_id: uuid.UUID) -> Response:
         endpoints.delete(self.endpoint(endpoint_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -248,7 +263,9 @@ class EndpointDetailView(_EndpointView):
 
 class RotateSecretView(_EndpointView):
     @extend_schema(
-        operation_id="rotate_webhook_endpoint_secret", parameters=[ENDPOINT_ID], request=None,
+        operation_id="rotate_webhook_endpoint_secret",
+        summary="Rotate an endpoint's signing secret; the new one is shown once.",
+        parameters=[ENDPOINT_ID], request=None,
         responses=_responses(200, EndpointBody, 400, 401, 404, 415, 429),
     )
     def post(self, request: Request, endpoint_id: uuid.UUID) -> Response:
@@ -258,7 +275,9 @@ class RotateSecretView(_EndpointView):
 
 class EndpointDeliveriesView(_EndpointView):
     @extend_schema(
-        operation_id="list_webhook_deliveries", parameters=[ENDPOINT_ID, DeliveryListQuerySerializer],
+        operation_id="list_webhook_deliveries",
+        summary="An endpoint's deliveries with their attempts.",
+        parameters=[ENDPOINT_ID, DeliveryListQuerySerializer],
         responses=_responses(200, DeliveryPage, 400, 401, 404, 429),
     )
     def get(self, request: Request, endpoint_id: uuid.UUID) -> Response:
@@ -290,7 +309,9 @@ class EndpointDeliveriesView(_EndpointView):
 
 class ReplayFailedView(_EndpointView):
     @extend_schema(
-        operation_id="replay_failed_webhook_deliveries", parameters=[ENDPOINT_ID], request=ReplayFailedSerializer,
+        operation_id="replay_failed_webhook_deliveries",
+        summary="Deliver an endpoint's failed deliveries again.",
+        parameters=[ENDPOINT_ID], request=ReplayFailedSerializer,
         responses=_responses(200, ReplayedCount, 400, 401, 404, 409, 415, 429),
     )
     def post(self, request: Request, endpoint_id: uuid.UUID) -> Response:
@@ -301,12 +322,17 @@ class ReplayFailedView(_EndpointView):
 
 class DeliveryReplayView(ClientApiView):
     @extend_schema(
-        operation_id="replay_webhook_delivery", parameters=[OpenApiParameter("delivery_id", uuid.UUID, OpenApiParameter.PATH)],
+        operation_id="replay_webhook_delivery",
+        summary="Deliver one delivery again.",
+        parameters=[OpenApiParameter("delivery_id", uuid.UUID, OpenApiParameter.PATH)],
         request=None, responses=_responses(200, DeliveryBody, 400, 401, 404, 409, 415, 429),
     )
     def post(self, request: Request, delivery_id: uuid.UUID) -> Response:
         EmptySerializer(data=_body(request)).is_valid(raise_exception=True)
-        delivery = Delivery.objects.select_related("endpoint").filter(pk=delivery_id, endpoint__project=self.project).first()
+        delivery = (
+            endpoints.deliveries_for_scope(self.project, self.environment).select_related("endpoint")
+            .filter(pk=delivery_id).first()
+        )
         if delivery is None:
             raise exceptions.NotFound("No such webhook delivery.")
         replayed = endpoints.replay(delivery)

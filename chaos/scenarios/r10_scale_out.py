@@ -1,11 +1,16 @@
-"""R10: scale-out. Two of every process that scales horizontally, side by side on one database and one
-broker: two relays (both over every lane), two RabbitMQ consumers, two sets of lane workers (otp,
-utility, marketing; distinct Celery node names) and two web pools. The client's sends alternate between
-the two pools; half the instances send their webhooks to each pool, and each consumer forwards to its
-own pool, so receipts arrive on both channels at both pools. Project C's two batches are accepted with
-bench B6's bulk accept, A's blast through the two pools.
+"""R10: scale-out. Two of every process docs/scaling.md calls scalable, side by side on one database and one
+broker: two web pools, two webhook pools, two relays (both over every lane), two RabbitMQ consumers, two sets of
+lane workers (otp, utility, marketing), two of each maintenance worker (maintenance, sync, bulk) and two
+callbacks workers (distinct Celery node names), with beat running once; a second beat started meanwhile must be
+refused (pilot_status.beat_lock: exit status 3, naming the first). The client's sends alternate between the two
+web pools; half the instances send their webhooks to each webhook pool, and the second consumer forwards to the
+second webhook pool (the first to web, which serves /api/internal/ too), so receipts arrive on both channels at
+several pools. Project C's messages owe `message.status` callbacks to a receiver in the harness
+(tests/support/receiver.py), which the two callbacks workers deliver, beat ticking the callbacks relay. Project
+C's two batches are accepted with bench B6's bulk accept, A's blast through the two web pools.
 
-Must show: 0 lost, 0 duplicate sendText (the simulator logs every call, one text per message), and
+Must show: 0 lost, 0 duplicate sendText (the simulator logs every call, one text per message), every callback
+C's messages owe delivered with a valid signature, two consumers on every queue, the second beat refused, and
 fairness between two projects as bench B6 measures it (docs/scaling.md): project C's p99 wait
 (sent_at - created_at, MARKETING) while project A's blast is backlogged is at most twice C's p99 wait
 alone, on the same two-of-everything stack. A's blast is accepted while both relays are stopped (they
@@ -14,15 +19,14 @@ accepts. A's instances are paced at `r10_a_rate` per second each; C's one instan
 sends more than the stack's burst (SEND_RATE_BURST), so that, as B's in B6, C's own pace bounds "C alone"
 (with no pace to wait for, C alone is a fraction of a second and the ratio would measure the host's load).
 
-The extra copies are started here with tests.support.processes.Process and the argv of the stack's own
-copy (the second lane workers with another node name, the second web pool on another port); they are
-stopped when the row ends, so the stack goes on as the single-copy deployment for the next rows.
+The extra processes are started here (chaos/scenarios/r10_copies.py) with tests.support.processes.Process and
+the topology's commands; they are stopped when the row ends, so the stack goes on as the single-copy
+deployment for the next rows.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import threading
 import time
 from collections import Counter
@@ -30,10 +34,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..context import ACKS_DELIVERED, Context, Sent, wait_for
+from . import r10_copies
 from .common import answers, duplicate_sends
 
-FAULT = "two of every scalable process (relays, consumers, lane worker sets, web pools); {n} sends, receipts on both channels"
-MUST = "0 lost; 0 duplicate sendText; C's p99 wait behind A's blast ≤ 2× C alone (B6)"
+FAULT = ("two of every scalable process (web and webhook pools, relays, consumers, lane worker sets, maintenance, "
+         "sync, bulk and callbacks workers), one beat and a second one started; {n} sends, receipts on both channels")
+MUST = ("0 lost; 0 duplicate sendText; 0 callbacks lost; two consumers on every queue; the second beat exits 3; "
+        "C's p99 wait behind A's blast ≤ 2× C alone (B6)")
 TARGET_RATIO = 2.0
 
 
@@ -43,38 +50,6 @@ def _percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(0, math.ceil(pct / 100 * len(ordered)) - 1)
     return ordered[rank]
-
-
-def start_second_copies(ctx: Context) -> dict[str, Any]:
-    """relay-2, consumer-2 (forwarding to web-2), worker-<lane>-2 and web-2: {name: Process} plus web-2's URL."""
-    from tests.support.processes import LANES, Process, free_port, log_size, wait_for_log, wait_for_port
-
-    stack = ctx.stack
-    port = free_port()
-    web2_url = f"http://127.0.0.1:{port}"
-    web2_argv = list(stack.processes["web"].argv)
-    web2_argv[web2_argv.index("-b") + 1] = f"127.0.0.1:{port}"
-    env2 = {**stack.env, "PORT": str(port), "INTERNAL_WEBHOOK_URL": f"{web2_url}/api/internal/webhook"}
-    copies: dict[str, Any] = {
-        "web-2": Process("web-2", web2_argv, env2),
-        "relay-2": Process("relay-2", list(stack.processes["relay"].argv), env2),
-        "consumer-2": Process("consumer-2", list(stack.processes["consumer"].argv), env2),
-    }
-    for lane in LANES:
-        worker = stack.lane_worker(lane)
-        copies[f"worker-{lane}-2"] = Process(
-            f"worker-{lane}-2", [sys.executable, "-m", "celery", *worker.celery_args(hostname=f"{lane}@r10-second")],
-            {**env2, **worker.env()})
-    offsets = {name: log_size(p.log) for name, p in copies.items()}
-    for process in copies.values():
-        process.start()
-    wait_for_port(port, proc=copies["web-2"].proc)
-    for lane in LANES:
-        p = copies[f"worker-{lane}-2"]
-        wait_for_log(p.log, "ready.", proc=p.proc, start_at=offsets[p.name])
-    wait_for_log(copies["consumer-2"].log, "Connected to amqp", proc=copies["consumer-2"].proc,
-                 start_at=offsets["consumer-2"])
-    return {"processes": copies, "web2_url": web2_url}
 
 
 def queue_consumers() -> dict[str, int]:
@@ -169,26 +144,36 @@ def run(ctx: Context) -> dict[str, Any]:
 
     from ingestion.models import IngestionEvent
     from messaging.models import Instance, Message
-    from tests.support.processes import log_size, stop_all, wait_for_log
+    from tests.support.processes import LANES, log_size, stop_all, wait_for_log
+    from tests.support.receiver import Receiver
 
     s = ctx.sizes
     world = ctx.world
     a_instances = [world.a.instance, *world.a.fleet]
-    started = start_second_copies(ctx)
-    copies, web2_url = started["processes"], started["web2_url"]
-    lane_logs = [p.log for name, p in [*ctx.stack.processes.items(), *copies.items()] if name.startswith("worker-")]
-    log_offsets = {log: log_size(log) for log in lane_logs}
+    started = r10_copies.start_copies(ctx)
+    copies, web2_url, webhook_urls = started["processes"], started["web2_url"], started["webhook_urls"]
+    lane_logs = [p.log for name, p in [*ctx.stack.processes.items(), *copies.items()]
+                 if name.startswith(tuple(f"worker-{lane}" for lane in LANES))]
     urls = [ctx.stack.web_url, web2_url]
+    secret: dict[str, str] = {}
+    receiver = Receiver(lambda: secret.get("value", ""))
+    receiver.set("ok")
     try:
-        ctx.fresh(ACKS_DELIVERED)
-        # Half the instances post their webhooks to each pool (ctx.fresh registered them all on web).
+        ctx.fresh(ACKS_DELIVERED)  # empties the callbacks tables too
+        # The row's own tasks from here: a task of an earlier run still queued when the tables were emptied fails
+        # against the emptied rows, and says nothing about this row.
+        log_offsets = {log: log_size(log) for log in lane_logs}
+        refused = r10_copies.second_beat(ctx)
+        secret["value"] = r10_copies.create_endpoint(ctx, world.c, receiver.url)["secret"]
+        # Half the instances post their webhooks to each webhook pool (ctx.fresh registered them all on web).
         for n, instance in enumerate(ctx.world.instances()):
-            base = urls[n % 2]
+            base = webhook_urls[n % 2]
             ctx.sim.register(instance, f"{base}/api/internal/webhook", token=f"TOKEN-{instance.name}".upper())
             ctx.sim.faults(instance.name, ack_delays_ms=ACKS_DELIVERED)
         Instance.objects.filter(pk__in=[i.pk for i in a_instances]).update(send_rate_per_second=s.r10_a_rate)
         Instance.objects.filter(pk=world.c.instance.pk).update(send_rate_per_second=s.r10_c_rate)
-        consumers = queue_consumers()
+        consumers = {**queue_consumers(), **r10_copies.queue_consumers(
+            ("maintenance", "sync", "bulk", "callbacks", "callbacks_relay"))}
         per_url: Counter[str] = Counter()
 
         # C alone, on the two-of-everything stack: the baseline of its wait. C's batches are accepted at once
@@ -222,6 +207,10 @@ def run(ctx: Context) -> dict[str, Any]:
         dup = duplicate_sends(groups, texts)
         never_sent = sum(1 for t in texts if t not in groups)
         channels = dict(IngestionEvent.objects.values_list("channel").annotate(n=Count("id")))
+        # Every callback C's messages owe (their status lines, final now) reaches the receiver.
+        wait_for(lambda: r10_copies.callbacks_owed(world.c) <= {int(r.payload["data"]["sequence"])
+                                                                for r in receiver.accepted()}, s.drain_s, 1.0)
+        callbacks = r10_copies.callback_figures(world.c, receiver)
         alive = {name: p.alive() for name, p in copies.items()}
         task_errors = lane_task_errors(log_offsets)
         ratio = behind["p99_s"] / alone["p99_s"] if alone["p99_s"] else math.nan
@@ -230,19 +219,26 @@ def run(ctx: Context) -> dict[str, Any]:
         if not ctx.stack.processes["relay"].alive():  # the next rows need the stack's own relay
             ctx.stack.processes["relay"].start()
         stop_all(copies.values())
+        receiver.stop()
     figures = {
         "sends": len(a_out) + len(alone_ids) + len(behind_ids),
         "a_http_answers": answers(a_out),  # C's batches are bulk-accepted
         "accepted_per_web_pool": {("web" if u == ctx.stack.web_url else "web-2"): n for u, n in per_url.items()},
+        "processes": sorted([*ctx.stack.processes, *copies]),
         "queue_consumers": consumers,
         "relay_heartbeats": heartbeats_of_relays,
-        "second_copies_alive_at_end": all(alive.values()),
+        "second_beat_exit_status": refused["exit_status"],
+        "second_beat": refused,
+        "copies_alive_at_end": all(alive.values()),
         "lost": state["lost"],
         "final": state["by_status"],
         "duplicate_sendtext_calls": dup["extra_calls"],
         "duplicate_accepted_sends": dup["extra_accepted_sends"],
         "accepted_but_never_sent": never_sent,
         "inbox_rows_by_channel": channels,
+        "c_callbacks_owed": callbacks["owed"],
+        "c_callbacks_lost": callbacks["lost"],
+        "c_callbacks": callbacks,
         "lane_task_errors": task_errors,
         "a_backlog_when_c_sent": a_backlog,
         "a_sent_while_c_waited": a_sent_meanwhile,
@@ -251,11 +247,17 @@ def run(ctx: Context) -> dict[str, Any]:
         "fairness_ratio": round(ratio, 2) if not math.isnan(ratio) else None,
         "drain_s": state["drain_s"],
     }
+    if not all(alive.values()):
+        figures["copies_dead_at_end"] = sorted(name for name, up in alive.items() if not up)
     passed = (all(x.id for x in a_out) and state["lost"] == 0 and dup["extra_calls"] == 0
               and all(v >= 2 for v in consumers.values()) and all(alive.values())
+              and refused["exit_status"] == refused["expected"] and refused["said"] is not None
+              and callbacks["owed"] > 0 and callbacks["lost"] == 0 and callbacks["bad_signatures"] == 0
               and channels.get("WEBHOOK", 0) > 0 and channels.get("RABBITMQ", 0) > 0
               and behind["sent"] == behind["count"] and not math.isnan(ratio) and ratio <= TARGET_RATIO)
     notes = [f"both relays stopped while A's blast was accepted, started again right before C sent; A's "
-             f"{len(a_instances)} instances paced at {s.r10_a_rate:g}/s each, C's one at {s.r10_c_rate:g}/s"]
+             f"{len(a_instances)} instances paced at {s.r10_a_rate:g}/s each, C's one at {s.r10_c_rate:g}/s",
+             "beat ran once with its default periods (maintenance, sync, callbacks relay); the second beat was started "
+             "while it ran"]
     return {"passed": passed, "fault": FAULT.format(n=s.r10_messages), "must": MUST, "figures": figures,
             "notes": notes}

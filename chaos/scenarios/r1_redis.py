@@ -1,5 +1,5 @@
 """R1: Redis stopped under a steady send load. Every valid send gets 202, nothing is lost, and all
-is delivered once Redis is back (the accept path never touches Redis: design.md §1)."""
+is delivered once Redis is back (the accept path never touches Redis: docs/architecture.md, principle 1)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ def _instance(ctx: Context, slug: str) -> Any:
         operators.add_instance(name, ctx.world.a.project.pk, priority=60, token=f"TOKEN-{name}".upper())
         instance = Instance.objects.get(name=name)
         ctx.world.raw_secrets.extend([instance.webhook_token, f"TOKEN-{name}".upper()])
-    Instance.objects.filter(name=name).update(connection_state="open")
+    Instance.objects.filter(name=name).update(connection_state="open", send_profile="official",
+                                                  send_policy={"pair_gap_seconds": 0})
     return Instance.objects.get(name=name)
 
 

@@ -3,9 +3,9 @@
 
 Project A registers a `message.status` endpoint through the API at a real HTTP receiver in the harness
 process (tests/support/receiver.py: it checks every Standard Webhooks signature and keeps every request).
-The chaos stack has no beat and no callbacks worker: this row starts the Procfile's `worker_callbacks`
-for its own run (stopped when it ends) and publishes the `callbacks.relay` pass to the `callbacks` queue
-every CALLBACKS_RELAY_SECONDS, as beat's entry does (bench.callbacks_on.RelayTicker).
+The chaos stack has no beat and no callbacks workers: this row starts the Procfile's `worker_callbacks` and
+`worker_callbacks_relay` for its own run (stopped when it ends) and publishes the `callbacks.relay` pass to the
+`callbacks_relay` queue every CALLBACKS_RELAY_SECONDS, as beat's entry does (bench.callbacks_on.RelayTicker).
 
 1. Receiver up: an idle OTP stream (bench B3's method: OTPs through the HTTP API at a steady rate to
    numbers without opt-in, so through the official instance; latency = sent_at - created_at).
@@ -59,22 +59,19 @@ def worker_settings(down_s: float) -> dict[str, str]:
     }
 
 
-def start_callbacks_worker(ctx: Context, env: dict[str, str]) -> Any:
-    """The Procfile's worker_callbacks next to the chaos stack (tests.support.processes.Process), at its
-    Procfile priority (pilot_status.priority, BACKGROUND_NICE), as bench B3 runs it: the chaos stack starts
+CALLBACKS_WORKERS = ("worker_callbacks", "worker_callbacks_relay")
+
+
+def start_callbacks_worker(ctx: Context, env: dict[str, str], name: str = "worker_callbacks") -> Any:
+    """The Procfile's worker_callbacks (or `name`) next to the chaos stack (tests.support.processes.Process), at
+    its Procfile priority (scripts/launch.sh, BACKGROUND_NICE), as bench B3 runs it: the chaos stack starts
     its own processes without one, but whether callbacks slow an OTP depends on it."""
-    import sys
-
     from pilot_status import topology
-    from pilot_status.priority import DEFAULT_BACKGROUND_NICE
-    from tests.support.processes import Process, log_size, wait_for_log
+    from tests.support.processes import ROOT, Process, log_size, wait_for_log
 
-    described = topology.process("worker_callbacks")
-    argv = described.command(ctx.stack.site())
-    if described.background:
-        nice = int(ctx.stack.env.get("BACKGROUND_NICE") or DEFAULT_BACKGROUND_NICE)
-        argv = [sys.executable, "-m", "pilot_status.priority", str(nice), *argv]
-    process = Process("worker-callbacks", argv, {**ctx.stack.env, **env})
+    described = topology.process(name)
+    argv = topology.launched(described, described.command(ctx.stack.site()), str(ROOT / topology.LAUNCHER))
+    process = Process(described.service, argv, {**ctx.stack.env, **env})
     offset = log_size(process.log)
     process.start()
     wait_for_log(process.log, "ready.", proc=process.proc, start_at=offset, timeout=60)
@@ -231,7 +228,8 @@ def run(ctx: Context) -> dict[str, Any]:
     secret: dict[str, str] = {}
     receiver = Receiver(lambda: secret.get("value", ""))
     receiver.set("ok")
-    worker = ticker = None
+    workers: list[Any] = []
+    ticker = None
     endpoint_id = ""
     sent: list[Sent] = []
     notes = [f"the callbacks worker ran with CALLBACKS_RETRY_SCHEDULE={env['CALLBACKS_RETRY_SCHEDULE']} and "
@@ -239,7 +237,8 @@ def run(ctx: Context) -> dict[str, Any]:
              "product's default is Svix's 0,5,300,1800,… schedule, whose later steps would make the wait after the "
              "outage 5-30 min); nothing was replayed: the retries alone delivered what is counted"]
     try:
-        worker = start_callbacks_worker(ctx, env)
+        for name in CALLBACKS_WORKERS:  # appended one by one: a failed start still stops the first
+            workers.append(start_callbacks_worker(ctx, env, name))
         created = create_endpoint(ctx, receiver.url)
         secret["value"], endpoint_id = created["secret"], created["id"]
         ticker = RelayTicker(float(settings.CALLBACKS_RELAY_SECONDS)).start()
@@ -313,7 +312,7 @@ def run(ctx: Context) -> dict[str, Any]:
             if endpoint is not None:
                 endpoints.update(endpoint, {"enabled": False})  # nothing more for the rows after this one
         receiver.stop()
-        if worker is not None:
+        for worker in workers:
             worker.stop()
     ratio = outage["p99_ms"] / idle["p99_ms"] if idle["p99_ms"] else math.nan
     figures = {

@@ -1,6 +1,6 @@
 """S2: another tenant's keys and session against every /v1 route and every dashboard page that takes
 an id, with project A's ids, over HTTP on the running stack. Each answers 404 (a send naming A's
-instance: 422 `unknown_instance`, as contract §3 says) and nothing of A's changes."""
+instance: 422 `unknown_instance`, as docs/api.md says) and nothing of A's changes."""
 
 from __future__ import annotations
 
@@ -34,14 +34,15 @@ def _objects_of_a(ctx: Context) -> dict[str, str]:
     opt_ins.record(a.project, a.recipients[0], "s2")
     job = BulkResendJob.objects.create(project=a.project, actor="s2", dead_letter_ids=[dead.pk], total=1)
     return {"message_id": str(message.pk), "phone": a.recipients[0], "dead_letter_id": str(dead.pk),
-            "job_id": str(job.pk), "project_id": str(a.project.pk)}
+            "job_id": str(job.pk), "project_id": str(a.project.pk), "name": a.instance.name}
 
 
 def _snapshot() -> tuple[Any, ...]:
     from dashboard.models import BulkResendJob
-    from messaging.models import DeadLetter, Message, OptIn
+    from messaging.models import DeadLetter, Instance, Message, OptIn
 
     return (sorted(Message.objects.values_list("pk", "status", "attempts", "updated_at")),
+            sorted(Instance.objects.values_list("pk", "send_profile", "send_policy")),
             sorted(DeadLetter.objects.values_list("pk", "status", "resolved_by")),
             sorted(OptIn.objects.values_list("pk", "revoked_at")),
             sorted(BulkResendJob.objects.values_list("pk", "status", "cursor")))
@@ -105,7 +106,8 @@ def _dashboard(ctx: Context, ids: dict[str, str]) -> list[dict[str, Any]]:
             variants.append(("C's project, A's object", {**ids, "project_id": str(ctx.world.c.project.pk)}))
         for label, values in variants:
             url = f"{ctx.stack.web_url}/dashboard/{_fill(str(pattern.pattern), values)}"
-            posts = "resend" in pattern.name or "dismiss" in pattern.name or "bulk_resend" == pattern.name
+            posts = ("resend" in pattern.name or "dismiss" in pattern.name or "bulk_resend" == pattern.name
+                     or pattern.name == "environment")  # the TEST/LIVE mode switch
             if posts:
                 r = http.post(url, data={"csrfmiddlewaretoken": csrf}, headers={"Referer": url}, timeout=15,
                               allow_redirects=False)

@@ -154,8 +154,12 @@ def run(ctx: Context) -> dict[str, Any]:
     webhook_auth = {"x-webhook-token": a.instance.webhook_token}
     call("webhook: truncated JSON", "POST", "/api/internal/webhook", data=b'{"event": "messages.update"',
          headers=webhook_auth)
-    call("webhook: 1 MB body", "POST", "/api/internal/webhook", headers=webhook_auth,
-         body={"event": "messages.update", "instance": a.instance.name, "data": {"x": "y" * 1_000_000}})
+    from django.conf import settings
+
+    # Over the event bound (a media message's caption and thumbnail fit under it): 413, never stored.
+    call("webhook: body over EVOLUTION_EVENT_MAX_BYTES", "POST", "/api/internal/webhook", headers=webhook_auth,
+         body={"event": "messages.update", "instance": a.instance.name,
+               "data": {"x": "y" * (settings.EVOLUTION_EVENT_MAX_BYTES + 1)}})
     rows.append(_nul_webhook(ctx, webhook_auth))
     call("webhook: not an event", "POST", "/api/internal/webhook", headers=webhook_auth, body={"hello": "world"})
 

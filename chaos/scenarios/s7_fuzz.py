@@ -3,7 +3,7 @@ API again with hostile bytes, over real HTTP on both pools:
 
 - Evolution's webhook, both forms (`/api/internal/webhook`, `/api/internal/webhook/<event>`),
   authenticated with the instance's real credentials (x-webhook-token, body apikey, jwt_key JWT) and
-  unauthenticated (none, junk, another instance's), bodies made from evolution-samples' shapes with
+  unauthenticated (none, junk, another instance's), bodies made from the shapes of tests/simulator/samples with
   mutated types, deep nesting, huge numbers, lone surrogates, NUL, truncated UTF-8, non-ASCII headers;
 - the internal forward (`already_saved` with the internal secret);
 - the client API: send, opt-in (and opt-out), list and get;

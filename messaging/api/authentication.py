@@ -1,4 +1,4 @@
-"""Bearer API keys: `ps_test_…` / `ps_live_…`, looked up by hash (contract §1).
+"""Bearer API keys: `ps_test_…` / `ps_live_…`, looked up by hash (docs/api.md).
 
 Each web process keeps the keys it has seen (with their project) for KEY_CACHE_SECONDS, so a
 burst of requests with one key costs one SELECT, not one per request (issue 7, benchmark B1).

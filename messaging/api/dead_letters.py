@@ -1,6 +1,7 @@
 """GET /v1/dead-letters, POST /v1/dead-letters/{id}/resend, POST /v1/dead-letters/{id}/dismiss.
 
-Thin views: parse, scope to the key's project (another project's entry is 404), call
+Thin views: parse, scope to the key's project and environment (another project's entry, or the other
+environment's, is 404), call
 messaging.resend, respond. Acting twice answers 200 with the unchanged entry.
 """
 
@@ -114,6 +115,7 @@ DeadLetterPage = inline_serializer(
 class DeadLetterListView(ClientApiView):
     @extend_schema(
         operation_id="list_dead_letters",
+        summary="List failed messages waiting for review.",
         parameters=[DeadLetterListQuerySerializer],
         responses=schema.responses(200, DeadLetterPage, 400, 401, 429),
     )
@@ -121,7 +123,7 @@ class DeadLetterListView(ClientApiView):
         query = DeadLetterListQuerySerializer(data=given_params(request))
         query.is_valid(raise_exception=True)
         # select_related: dead_letter_body reads the message's category and recipient per row.
-        rows = resend.matching(self.project, query.filters()).select_related("message")
+        rows = resend.matching(self.project, self.environment, query.filters()).select_related("message")
         cursor = query.validated_data.get("cursor")
         if cursor:
             at, pk = _decode_cursor(cursor)
@@ -137,7 +139,9 @@ class DeadLetterListView(ClientApiView):
 
 class _DeadLetterActionView(ClientApiView):
     def entry(self, dead_letter_id: int) -> DeadLetter:
-        entry: DeadLetter | None = DeadLetter.objects.for_project(self.project).filter(pk=dead_letter_id).first()
+        entry: DeadLetter | None = (
+            DeadLetter.objects.for_scope(self.project, self.environment).filter(pk=dead_letter_id).first()
+        )
         if entry is None:
             raise exceptions.NotFound("No such dead letter.")
         return entry
@@ -157,6 +161,7 @@ class _DeadLetterActionView(ClientApiView):
 class DeadLetterResendView(_DeadLetterActionView):
     @extend_schema(
         operation_id="resend_dead_letter",
+        summary="Force-resend a failed message, optionally with a corrected number or instance.",
         request=ResendSerializer,
         responses=schema.responses(200, DeadLetterBody, 400, 401, 403, 404, 405, 409, 415, 422, 429),
     )
@@ -176,6 +181,7 @@ class DeadLetterResendView(_DeadLetterActionView):
 class DeadLetterDismissView(_DeadLetterActionView):
     @extend_schema(
         operation_id="dismiss_dead_letter",
+        summary="Dismiss a dead letter without resending.",
         request=None,
         responses=schema.responses(200, DeadLetterBody, 400, 401, 404, 405, 409, 415, 429),
     )

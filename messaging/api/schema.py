@@ -79,12 +79,22 @@ _MESSAGE_FIELDS: dict[str, Any] = {
         help_text="An answer from Evolution was lost and its records cannot tell whether the message was sent"
     ),
     "outcomeUnknownSince": serializers.DateTimeField(allow_null=True),
+    "unacknowledged": serializers.BooleanField(
+        help_text="SENT, and WhatsApp has not acknowledged it (no SERVER_ACK nor any later receipt) within "
+        "ACK_TIMEOUT_SECONDS (default 600); false again once a receipt arrives"
+    ),
+    "unacknowledgedAt": serializers.DateTimeField(
+        allow_null=True, help_text="When it was found unacknowledged; kept after a later receipt (history)"
+    ),
     "metadata": serializers.DictField(),
     "callbackUrl": serializers.URLField(
         allow_null=True, help_text="The send's own `callbackUrl` for its `message.status` callbacks; null when it had none"
     ),
     "deliverUntil": serializers.DateTimeField(),
     "nextAttemptAt": serializers.DateTimeField(allow_null=True),
+    "waitingReason": serializers.CharField(
+        allow_null=True, help_text="Why a queued message waits: the sending policy's pacing, hourly_cap, daily_cap, "
+        "warming_up or resting (docs/sending-policy.md), or a wait of the gateway's; null when nothing holds it"),
     "createdAt": serializers.DateTimeField(),
     "updatedAt": serializers.DateTimeField(),
     "sentAt": serializers.DateTimeField(allow_null=True),
@@ -110,19 +120,25 @@ MessageDetail = inline_serializer(
 MessagePage = inline_serializer(
     "MessagePage", {"data": Message.__class__(many=True), "nextCursor": serializers.CharField(allow_null=True)}
 )
-InstanceList = inline_serializer(
-    "InstanceList",
+_INSTANCE_FIELDS: dict[str, Any] = {
+    "name": serializers.CharField(),
+    "state": serializers.CharField(),
+    "priority": serializers.IntegerField(),
+    "stateChangedAt": serializers.DateTimeField(),
+    "sendProfile": serializers.ChoiceField(choices=["unofficial", "official"], help_text="How the number is paced"),
+    "sendPolicy": serializers.DictField(help_text="The policy's values in force: the profile's defaults and the overrides"),
+    "sendPolicyOverrides": serializers.DictField(help_text="This number's own values"),
+    "healthState": serializers.ChoiceField(choices=["healthy", "at_risk", "resting", "restricted"]),
+}
+Instance = inline_serializer("Instance", dict(_INSTANCE_FIELDS))
+InstanceList = inline_serializer("InstanceList", {"data": inline_serializer("InstanceItem", dict(_INSTANCE_FIELDS), many=True)})
+InstanceUpdate = inline_serializer(
+    "InstanceUpdate",
     {
-        "data": inline_serializer(
-            "Instance",
-            {
-                "name": serializers.CharField(),
-                "state": serializers.CharField(),
-                "priority": serializers.IntegerField(),
-                "stateChangedAt": serializers.DateTimeField(),
-            },
-            many=True,
-        )
+        "sendProfile": serializers.ChoiceField(choices=["unofficial", "official"], required=False),
+        "sendPolicy": serializers.DictField(
+            required=False, help_text="Values to override (gap_min_seconds, hourly_max, …; docs/sending-policy.md); null drops one"
+        ),
     },
 )
 OptIn = inline_serializer(
@@ -144,7 +160,9 @@ ERROR_CODES = {
     409: "idempotency_conflict (send), dead_letter_resolved (resend/dismiss of a resolved entry)",
     413: "payload_too_large",
     415: "unsupported_media_type",
-    422: "unknown_instance, own_instance_required, no_instance_available, opt_in_required",
+    422: "unknown_instance, own_instance_required, no_instance_available, opt_in_required, "
+         "forbidden_address, forbidden_port (a callbackUrl that may not be called), "
+         "opted_out (resend of an OPTED_OUT dead letter before a new opt-in)",
     429: "rate_limited (see Retry-After)",
     503: "unavailable",
 }

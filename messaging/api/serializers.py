@@ -38,7 +38,7 @@ class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
     def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
         # DRF deep-copies every declared field for every serializer instance, which re-runs each
-        # field's __init__: 13 % of an accepted send's CPU (bench B1 profile). A shallow copy is
+        # field's __init__, a visible share of an accepted send's CPU. A shallow copy is
         # enough here: bind() only sets the copy's own attributes, and no serializer of ours
         # changes a field (or a child field, which the copies share) after declaring it.
         return {name: copy.copy(field) for name, field in self._declared_fields.items()}
@@ -193,7 +193,8 @@ class SendMessageSerializer(StrictSerializer):
     callbackUrl = StrictCharField(
         max_length=settings.CALLBACKS_MAX_URL_LENGTH, required=False, allow_null=True, default=None, trim_whitespace=False,
         help_text="http(s) URL that gets this message's `message.status` callbacks (signed with the project's "
-        "per-message endpoint secret, listed by GET /v1/webhook-endpoints); its addresses are checked before every attempt.",
+        "per-message endpoint secret, listed by GET /v1/webhook-endpoints); port 80 or 443, and its host must resolve to "
+        "public addresses, checked at accept (422 otherwise) and again before every attempt.",
     )
 
     # Optional fields where an explicit null means "not given" (SDKs send unset fields as null).
@@ -220,8 +221,8 @@ class SendMessageSerializer(StrictSerializer):
         return value
 
     def validate_callbackUrl(self, value: str | None) -> str | None:  # noqa: N802 (DRF's validate_<field>)
-        # Its shape only: resolving a host has no place on the accept path; callbacks checks the
-        # addresses before every attempt (docs/security.md "Status callbacks").
+        # Its shape only: the view then checks its port and addresses (messaging.callback_urls), and
+        # callbacks checks them again before every attempt (docs/security.md "Callbacks").
         if value is not None:
             try:
                 URLValidator(schemes=["http", "https"])(value)
@@ -272,12 +273,8 @@ class SendMessageSerializer(StrictSerializer):
 # checks the usual body directly and gives up (None) on anything it is not sure DRF would
 # accept with the very same values: then SendMessageSerializer decides, so every error body and
 # every unusual input (deliverUntil, a broken bound, …) is exactly DRF's answer.
-# SEND_PLAIN_VALIDATOR=0 leaves every body to the serializer (issue 25's ablation). Measured on a
-# loaded 2-core host (Dec 2026), the serializer alone cost each accept 0.1-0.5 ms more CPU in process
-# (+7 to +31 %, paired rounds); in bench B1 (three interleaved runs each way) the web process's CPU
-# per accept went from 3.7 to 4.3 ms (medians; +20 % against the same run's bare insert), and the
-# accept rate against the bare insert from 0.98x to 0.74x (too noisy to read alone): more than the
-# 5 % a device must save to stay.
+# SEND_PLAIN_VALIDATOR=0 leaves every body to the serializer (issue 25's ablation; what it saves:
+# bench/findings.md, "The second validator").
 
 _SEND_FIELDS = frozenset(SendMessageSerializer._declared_fields)
 _CATEGORIES = frozenset(Category.values)

@@ -1,7 +1,7 @@
 """Rate limit per API key: a token bucket shared by every web process through Redis.
 
 When Redis is unreachable the limit degrades to a bucket per process (each process allows the
-full rate), so an outage of Redis never turns into an outage of the API (issue 3, design.md §1).
+full rate), so an outage of Redis never turns into an outage of the API (issue 3; docs/architecture.md, principle 1).
 
 A process takes tokens from the shared bucket a few at a time when the rate allows it: up to
 LEASE_SECONDS of the key's rate (at most LEASE_MAX tokens), spent by its next requests within

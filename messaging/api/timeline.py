@@ -31,13 +31,14 @@ EventPage = inline_serializer(
 class MessageEventsView(ClientApiView):
     @extend_schema(
         operation_id="list_message_events",
+        summary="A message's timeline, page by page.",
         parameters=[EventsQuerySerializer],
         responses=schema.responses(200, EventPage, 400, 401, 404, 429),
     )
     def get(self, request: Request, message_id: str) -> Response:
         query = EventsQuerySerializer(data=given_params(request))
         query.is_valid(raise_exception=True)
-        message = Message.objects.for_project(self.project).filter(pk=message_id).first()
+        message = Message.objects.for_scope(self.project, self.environment).filter(pk=message_id).first()
         if message is None:
             raise exceptions.NotFound()
         try:

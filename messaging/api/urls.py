@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import dead_letters, timeline, views
+from . import dead_letters, instances, timeline, views
 
 urlpatterns = [
     # allows POST /v1/messages/send
@@ -12,7 +12,9 @@ urlpatterns = [
     # allows GET /v1/messages/{id}/events
     path("messages/<uuid:message_id>/events", timeline.MessageEventsView.as_view(), name="api-message-events"),
     # allows GET /v1/instances
-    path("instances", views.InstanceListView.as_view(), name="api-instances"),
+    path("instances", instances.InstanceListView.as_view(), name="api-instances"),
+    # allows PATCH /v1/instances/{name}
+    path("instances/<str:name>", instances.InstanceDetailView.as_view(), name="api-instance"),
     # allows POST /v1/opt-ins
     path("opt-ins", views.OptInListView.as_view(), name="api-opt-ins"),
     # allows DELETE /v1/opt-ins/{phone}

@@ -20,10 +20,10 @@ from rest_framework.response import Response
 from pilot_status import jsonbody, observe
 from pilot_status.api import ClientApiView
 
-from .. import cursors, opt_ins, test_numbers, timeline
+from .. import callback_urls, cursors, opt_ins, test_numbers, timeline
 from ..accept import AnsweredBefore, accept_message, find_idempotent_answer, refuse_if_revoked
 from ..errors import Rejected
-from ..models import Instance, Message, OptIn
+from ..models import Message, OptIn
 from ..representations import iso, message_body
 from . import schema
 from .serializers import (
@@ -79,6 +79,7 @@ def _replay(record: Any, request_hash: str) -> Response:
 class SendMessageView(ClientApiView):
     @extend_schema(
         operation_id="send_message",
+        summary="Send a message: accepted (202) and queued, or refused before anything is stored.",
         description=test_numbers.describe(),
         request=SendMessageSerializer,
         parameters=[schema.IDEMPOTENCY_KEY],
@@ -99,16 +100,21 @@ class SendMessageView(ClientApiView):
         request_hash = ""
         if idempotency_key is not None:
             request_hash = _request_hash(request._request.body)
-        problem: exceptions.APIException | None = None
+        problem: exceptions.APIException | Rejected | None = None
         try:
             send = send_request(request.data)
-        except (exceptions.ParseError, exceptions.UnsupportedMediaType, exceptions.ValidationError) as exc:
+            if send.callback_url:
+                # The contract refuses a callbackUrl that reaches our network at accept (422), not only
+                # at each attempt; resolving its host is bounded (messaging.callback_urls).
+                callback_urls.check(send.callback_url, self.project.pk)
+        except (exceptions.ParseError, exceptions.UnsupportedMediaType, exceptions.ValidationError, Rejected) as exc:
             problem = exc
         if problem is not None:
             refuse_if_revoked(self.api_key)  # the key answers before the body (contract order)
             # The Idempotency-Key answers before the payload (contract order): a used key still
             # replays or conflicts. A valid payload has it read with the funnel's facts instead.
-            record = find_idempotent_answer(self.project, idempotency_key) if idempotency_key else None
+            record = (find_idempotent_answer(self.project, self.environment, idempotency_key)
+                      if idempotency_key else None)
             if record is not None:
                 return _replay(record, request_hash)
             raise problem
@@ -116,7 +122,7 @@ class SendMessageView(ClientApiView):
             body = accept_message(
                 self.project,
                 self.api_key,
-                self.api_key.environment,
+                self.environment,
                 send,
                 idempotency_key,
                 request_hash,
@@ -144,6 +150,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 class MessageListView(ClientApiView):
     @extend_schema(
         operation_id="list_messages",
+        summary="List the messages of this key's project and environment, newest first.",
         parameters=[MessageListQuerySerializer],
         responses=schema.responses(200, schema.MessagePage, 400, 401, 429),
     )
@@ -151,7 +158,7 @@ class MessageListView(ClientApiView):
         query = MessageListQuerySerializer(data=given_params(request))
         query.is_valid(raise_exception=True)
         params = query.validated_data
-        rows = Message.objects.for_project(self.project).select_related("instance")
+        rows = Message.objects.for_scope(self.project, self.environment).select_related("instance")
         if "status" in params:
             rows = rows.filter(status=params["status"])
         if "category" in params:
@@ -178,34 +185,20 @@ class MessageListView(ClientApiView):
 
 
 class MessageDetailView(ClientApiView):
-    @extend_schema(operation_id="get_message", responses=schema.responses(200, schema.MessageDetail, 401, 404, 429))
+    @extend_schema(
+        operation_id="get_message",
+        summary="One message with its status, attempts and timeline.",
+        responses=schema.responses(200, schema.MessageDetail, 401, 404, 429),
+    )
     def get(self, request: Request, message_id: str) -> Response:
         message = (
-            Message.objects.for_project(self.project).select_related("instance").filter(pk=message_id).first()
+            Message.objects.for_scope(self.project, self.environment).select_related("instance")
+            .filter(pk=message_id).first()
         )
         if message is None:
             raise exceptions.NotFound()
         lines = timeline.latest(message)
         return Response({**message_body(message, lines.lines), "eventsNextCursor": lines.next_cursor})
-
-
-class InstanceListView(ClientApiView):
-    @extend_schema(operation_id="list_instances", responses=schema.responses(200, schema.InstanceList, 401, 429))
-    def get(self, request: Request) -> Response:
-        rows = Instance.objects.filter(project=self.project).order_by("priority", "pk")
-        return Response(
-            {
-                "data": [
-                    {
-                        "name": i.name,
-                        "state": i.connection_state,
-                        "priority": i.priority,
-                        "stateChangedAt": iso(i.state_changed_at),
-                    }
-                    for i in rows
-                ]
-            }
-        )
 
 
 def _opt_in_body(opt_in: OptIn) -> dict[str, Any]:
@@ -220,6 +213,7 @@ def _opt_in_body(opt_in: OptIn) -> dict[str, Any]:
 class OptInListView(ClientApiView):
     @extend_schema(
         operation_id="record_opt_in",
+        summary="Record a recipient's transactional consent.",
         request=OptInSerializer,
         responses=schema.responses(201, schema.OptIn, 400, 401, 415, 429),
     )
@@ -235,6 +229,7 @@ class OptInListView(ClientApiView):
 class OptInDetailView(ClientApiView):
     @extend_schema(
         operation_id="revoke_opt_in",
+        summary="Revoke a recipient's consent.",
         parameters=[OpenApiParameter("phone", str, OpenApiParameter.PATH, description="E.164, + may be %2B")],
         responses=schema.responses(200, schema.OptIn, 401, 404, 429),
     )

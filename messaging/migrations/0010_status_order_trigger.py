@@ -1,9 +1,9 @@
 """The database refuses a status that moves backwards, whoever writes it (issue 25).
 
 Every write of a message's status is a compare-and-set on the statuses it may move from
-(messaging.lifecycle, messaging.writes, messaging.resend); this trigger holds the same order for
-any other UPDATE too (a script, a manual fix, a new code path that forgets its guard): the order
-of the state machine in docs/architecture.md, with its three ways back and into FAILED.
+(messaging.lifecycle, whose table MOVES this trigger must allow exactly: tests/messaging/test_lifecycle.py);
+this trigger holds the same order for any other UPDATE too (a script, a manual fix, a new code path
+that forgets its guard), with its three ways back and into FAILED.
 
 It fires only when the status changes (WHEN), so the hot path's other updates (a lease renewed,
 a status check stamped) do not call it.

@@ -1,4 +1,4 @@
-"""Retry timing: exponential backoff with jitter, capped, never past deliverUntil (seeds A-B)."""
+"""Retry timing: exponential backoff with jitter, capped, never past deliverUntil."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def delay_for(attempt: int, rng: random.Random | None = None) -> float:
 
 
 # When the backoff would pass deliverUntil, one last attempt is made shortly before it: the client
-# gave us until then, so a message fails EXPIRED in deliverUntil's last seconds (contract §4: the
+# gave us until then, so a message fails EXPIRED in deliverUntil's last seconds (docs/api.md: the
 # deadline passed before a send succeeded), not at the failure before. The last attempts of messages
 # sharing a deliverUntil are spread over its final LAST_CHANCE_WINDOW; as that is shorter than the
 # shortest backoff, a failed last attempt leaves too little time for another one and the message

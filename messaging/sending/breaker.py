@@ -7,7 +7,7 @@ open: every send for that scope is held (put back with a due time, no attempt us
 the circuit, a failure opens it again for another period.
 
 State lives in Redis so that every worker sees the same circuit. Redis is an accelerator, not a
-dependency (design.md §3): when it cannot be reached the same logic runs on per-process state, so a
+dependency (docs/architecture.md, principle 3): when it cannot be reached the same logic runs on per-process state, so a
 Redis outage never blocks sending.
 """
 

@@ -6,8 +6,9 @@ shorter than this at start-up). A claim does one of two things, never both under
 - a **send**: connectionState (routing, when the cached state is stale), the send slot's sleep (at most SEND_SLOT_MAX_WAIT), then sendText (connect + read
   timeout + the typing delay Evolution waits before answering), then, in a threads-pool lane worker
   that gave its connection back for the call, the wait for a free one (at most DB_POOL_WAIT);
-- a **check** of a lost answer (sending.evidence): whatsappNumbers, then findMessages for each form
-  of the recipient's jid (at most CHECK_JIDS), each call at most connect + CHECK_READ_TIMEOUT.
+- a **check** of a lost answer (sending.evidence): findMessages by the message's own WhatsApp id, then, on an
+  instance not known to honour that id, whatsappNumbers and findMessages for each form of the recipient's jid
+  (at most CHECK_JIDS), each call at most connect + CHECK_READ_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def send_seconds(connect: float, read: float, typing_max_ms: int) -> float:
 
 
 def check_seconds(connect: float) -> float:
-    return (1 + CHECK_JIDS) * (connect + CHECK_READ_TIMEOUT)
+    return (2 + CHECK_JIDS) * (connect + CHECK_READ_TIMEOUT)
 
 
 def lease_seconds_needed(connect: float, read: float, typing_max_ms: int) -> int:

@@ -1,6 +1,6 @@
 """The one module that talks to Evolution API, and the one function that classifies its answers.
 
-Every answer of the real API (evolution-api.md §3) maps to exactly one Outcome kind:
+Every answer of the real API (docs/evolution-setup.md, "Error answers") maps to exactly one Outcome kind:
 sent, permanent (with a FailureReason), transient, disconnected, misconfigured, or unknown
 (the request may have reached Evolution but no answer came back: check before resending).
 """
@@ -175,16 +175,19 @@ def _parse(response: requests.Response) -> Any:
         return response.text[:_BODY_LIMIT]
 
 
-def send_text(instance: str, to: str, text: str, delay_ms: int = 0) -> Outcome:
+def send_text(instance: str, to: str, text: str, delay_ms: int = 0, message_id: str = "") -> Outcome:
     started = time.perf_counter()
-    outcome = _send_text(instance, to, text, delay_ms)
+    outcome = _send_text(instance, to, text, delay_ms, message_id)
     observe.observe(observe.GATEWAY_CALL, outcome.kind, time.perf_counter() - started)
     return outcome
 
 
-def _send_text(instance: str, to: str, text: str, delay_ms: int) -> Outcome:
+def _send_text(instance: str, to: str, text: str, delay_ms: int, message_id: str) -> Outcome:
     url = f"{settings.EVOLUTION_API_URL}/message/sendText/{instance}"
     payload: dict[str, Any] = {"number": digits(to), "text": text, "linkPreview": False}
+    if message_id:
+        # The WhatsApp id to send with (sending.own_id); an Evolution older than the field ignores it.
+        payload["messageId"] = message_id
     if delay_ms:
         payload["delay"] = delay_ms
     # The typing delay blocks the request on Evolution's side: allow for it in the read timeout.
@@ -271,6 +274,29 @@ def recipient_jids(instance: str, to: str) -> list[str]:
                 if jid not in jids:
                     jids.append(jid)
     return jids[: budget.CHECK_JIDS]
+
+
+def find_by_id(instance: str, key_id: str) -> list[dict[str, Any]]:
+    """Our outgoing records with WhatsApp id `key_id` (findMessages where key.id), whatever their text and chat:
+    none when Evolution has no such message. Raises CannotTell when Evolution could not be asked."""
+    url = f"{settings.EVOLUTION_API_URL}/chat/findMessages/{instance}"
+    query = {"where": {"key": {"id": key_id}}, "page": 1, "offset": 10}
+    try:
+        response = _session().post(url, json=query, timeout=_timeout(budget.CHECK_READ_TIMEOUT))
+    except requests.RequestException as exc:
+        raise CannotTell(f"findMessages: {exc}") from exc
+    if response.status_code not in (200, 201):
+        raise CannotTell(f"findMessages: HTTP {response.status_code}")
+    body = _parse(response)
+    page = (body.get("messages") if isinstance(body, dict) else None) or {}
+    records = page.get("records") if isinstance(page, dict) else None
+    if not isinstance(records, list):
+        raise CannotTell("findMessages: no records in the answer")
+    return [
+        record for record in records
+        if isinstance(record, dict) and isinstance(record.get("key"), dict)
+        and record["key"].get("id") == key_id and record["key"].get("fromMe") is True
+    ]
 
 
 def _iso(epoch: float) -> str:

@@ -2,7 +2,7 @@
 
 The rate cap (`SEND_RATE_PER_INSTANCE`, or the instance's own `send_rate_per_second`) bounds how
 fast one WhatsApp number is asked to send, so the backlog that piles up during an outage or a
-disconnect drains at that pace instead of as a thundering herd (seeds A weak points, design §5).
+disconnect drains at that pace instead of as a thundering herd (docs/architecture.md, principle 5).
 
 The bucket lives in Redis (one Lua call, atomic across relays). When Redis cannot be reached a
 per-process bucket takes over: pacing stays on, it is just no longer shared between relays.
@@ -169,6 +169,7 @@ class _LocalSlots:
 
 
 local_slots = _LocalSlots()
+local_pairs = _LocalSlots()  # keyed by (instance, recipient); bounded by the recipients a process sent to
 
 
 def send_slot(instance_id: int, instance_rate: float | None = None, max_wait: float = SLOT_MAX_WAIT_SECONDS,
@@ -190,9 +191,23 @@ def send_slot(instance_id: int, instance_rate: float | None = None, max_wait: fl
     return local_slots.take(instance_id, interval, tolerance, max_wait, now, borrow)
 
 
+_PAIR_KEY = "ps:pacing:pair:{}:{}"
+
+
+def pair_slot(instance_id: int, phone: str, interval: float, max_wait: float = SLOT_MAX_WAIT_SECONDS) -> float:
+    """Reserve the next send from this number to this recipient, at most one per `interval` seconds (Meta's pair
+    rate for an official number): seconds to wait (0: now), or, negative, how far away it is (nothing reserved)."""
+    now = time.time()
+    answer = _in_redis(_SLOT, [_PAIR_KEY.format(instance_id, phone)], [now, interval, 0.0, max_wait, 0.0])
+    if answer is not None:
+        return float(answer)
+    return local_pairs.take(hash((instance_id, phone)), interval, 0.0, max_wait, now)
+
+
 def reset_local() -> None:
     """Forget this process's fallback buckets and try Redis again at once."""
-    global local_buckets, local_slots
+    global local_buckets, local_slots, local_pairs
     _redis.reset()
     local_buckets = _LocalBuckets()
     local_slots = _LocalSlots()
+    local_pairs = _LocalSlots()

@@ -96,7 +96,7 @@ def choose(message: Message, token: uuid.UUID) -> Route | Hold:
 
 
 def _fallback(message: Message, current: Instance) -> Instance | None:
-    opted_in = rules.has_live_opt_in(message.project, message.to)
+    opted_in = rules.has_live_opt_in(message.project, message.environment, message.to)
     for candidate in rules.fallback_instances(message.project, message.category, opted_in, exclude=[current.pk]):
         if breaker.is_open(breaker.instance_scope(candidate.name)):
             continue

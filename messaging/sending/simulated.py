@@ -1,10 +1,10 @@
 """The simulated Evolution behind a TEST magic number (messaging.test_numbers).
 
-`answer` builds the HTTP answer Evolution would give (the shapes of /work/shared/spec/evolution-samples)
+`answer` builds the HTTP answer Evolution would give (the shapes of tests/simulator/samples)
 and hands it to `gateway.classify`, the seam every real answer goes through, so the worker records it
 exactly as a real one: an attempt, a retry with backoff, SENT, or FAILED with a dead letter.
 `receive_receipts` then moves a sent message forward as Evolution's receipts would, through the same
-forward-only compare-and-set (`Message.advance`) the webhook's receipts use.
+forward-only compare-and-set (`lifecycle.advance`) the webhook's receipts use.
 
 Nothing here calls Evolution, and nothing feeds the circuit breakers or the instance's send slot: a
 simulated failure must not open the circuit of the real instance the project's LIVE messages use.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from .. import lifecycle
 from ..models import Message
 from ..test_numbers import INSTANCE_NOT_FOUND, NOT_ON_WHATSAPP, SENT, Scenario
 from . import gateway
@@ -29,7 +30,7 @@ def _http_answer(kind: str, message: Message) -> tuple[int, Any]:
     if kind == SENT:
         return 201, {
             "key": {"remoteJid": f"{digits}@s.whatsapp.net", "fromMe": True,
-                    "id": "3EB0" + uuid.uuid4().hex[:18].upper()},
+                    "id": message.own_message_id or "3EB0" + uuid.uuid4().hex[:18].upper()},
             "message": {"conversation": message.text}, "messageType": "conversation", "status": "PENDING",
             "source": "test_number",
         }
@@ -54,4 +55,4 @@ def answer(message: Message, scenario: Scenario) -> gateway.Outcome:
 
 def receive_receipts(message: Message, scenario: Scenario) -> None:
     for status in scenario.receipts:
-        message.advance(_RECEIPTS[status], source=SOURCE, evolutionStatus=status)
+        lifecycle.advance(message, _RECEIPTS[status], source=SOURCE, evolutionStatus=status)

@@ -26,7 +26,7 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
         # No free pooled connection, or the row held past the lock timeout: nothing changed yet, and the task
         # goes back to its queue for another try in a moment, instead of leaving the message to the
         # reconciler's lost-release pass (a minute, ten for marketing). The due time stays Postgres's
-        # (design.md 2): the message is still QUEUED and released, and that pass releases it again should
+        # (architecture principle 2): the message is still QUEUED and released, and that pass releases it again should
         # this retry be lost; putting the outbox row back instead would need the very connection the pool
         # could not give.
         raise back_to_queue(self)

@@ -1,8 +1,8 @@
 """The typing simulation: how long Evolution shows "typing…" before it sends (its `delay`, in ms).
 
-The seeds' worker "simulates a human (typing…)" before every send. Evolution does it when sendText
+The worker simulates a human typing before every send. Evolution does it when sendText
 carries a `delay`: presence `composing`, a sleep of `delay` ms, presence `paused`, then the message,
-and the HTTP answer waits for all of it (evolution-api.md, "What delay does").
+and the HTTP answer waits for all of it (docs/evolution-setup.md, "sendText and its delay").
 
 A human-like default, per message (`typing`: `auto`, or `off` for none):
 - UTILITY and MARKETING: `TYPING_DELAY_MS_PER_CHAR` (30 ms) per character of the rendered text, a

@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
@@ -20,9 +21,14 @@ from psycopg_pool import PoolTimeout
 from pilot_status import metrics
 from pilot_status.database import checking_connection, release_while_waiting
 
-from .. import lifecycle, test_numbers, writes
+from .. import consent, lifecycle, test_numbers
+from ..choices import WaitingReason
 from ..models import EventKind, FailureReason, Instance, Message, Status
-from . import backoff, breaker, budget, evidence, gateway, instance_state, pacing, routing, simulated, typing_delay
+from ..writes import TimelineLine
+from . import (
+    backoff, breaker, budget, evidence, gateway, human_pace, instance_state, own_id, pacing, policy, routing, simulated,
+    slots, sticky, turns, typing_delay,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +38,7 @@ MISCONFIGURED_WAIT = timedelta(seconds=30)
 CLAIMED = "claimed"
 NOTHING_TO_CLAIM = "nothing_to_claim"
 LEASE_LOST = "lease_lost"
-
-_UNKNOWN_CLEARED: dict[str, object] = {
-    "unconfirmed_attempt_at": None, "unconfirmed_attempt_until": None, "outcome_unknown_since": None,
-}
+OPTED_OUT = "opted_out"
 
 
 def lease_seconds() -> float:
@@ -59,7 +62,13 @@ class ClaimLocked(ClaimNotNow):
     """Another transaction held the message's row past `DATABASE_LOCK_TIMEOUT_MS`: the claim was cancelled."""
 
 
-def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
+class Claimed(NamedTuple):
+    message: Message
+    token: uuid.UUID
+    opted_in: bool  # the recipient's consent held when the claim was made (messaging.consent)
+
+
+def claim(message_id: str) -> Claimed | None:
     """QUEUED → SENDING with a lease; None when another worker has it or it is not due."""
     now = timezone.now()
     token = uuid.uuid4()
@@ -67,13 +76,15 @@ def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
     # again on a replaced connection it is still safe: had the first one committed, the second finds
     # nothing to claim and the lease's expiry hands the message back (as after a crash).
     try:
-        message = checking_connection(lambda: writes.claim(
+        claimed = checking_connection(lambda: lifecycle.claim(
             message_id,
             token,
             now,
             # One second of slack for clock skew between the relay's host and this one.
             due_by=now + timedelta(seconds=1),
             lease_until=now + timedelta(seconds=lease_seconds()),
+            # Used only when the message has no id yet: its first claim, or the first after a resend.
+            own_id=own_id.new(),
         ))
     except OperationalError as exc:
         if isinstance(exc.__cause__, PoolTimeout):
@@ -81,24 +92,38 @@ def claim(message_id: str) -> tuple[Message, uuid.UUID] | None:
         if isinstance(exc.__cause__, LockNotAvailable):
             raise ClaimLocked(str(exc)) from exc
         raise
-    return None if message is None else (message, token)
+    return None if claimed is None else Claimed(claimed[0], token, claimed[1])
 
 
 def send_one(message_id: str) -> str:
     claimed = claim(message_id)
     if claimed is None:
         return NOTHING_TO_CLAIM
-    message, token = claimed
+    message, token, opted_in = claimed
+    claimed_on = message.instance
+    try:
+        return send_claimed(message, token, opted_in)
+    finally:
+        if turns.is_human(claimed_on):
+            # Whatever ended the claim (an expiry, a lost answer settled, a TEST number, a crash), the number its
+            # relay reserved for this message is free again; after a send, `turns.end` already freed it.
+            slots.release(claimed_on.pk, message.pk)
+
+
+def send_claimed(message: Message, token: uuid.UUID, opted_in: bool) -> str:
     if message.unconfirmed_attempt_at is not None:
         # Before anything else, even past deliverUntil: a lost answer's send may have gone out.
         resolved = resolve_lost_answer(message, token)
         if resolved is not None:
             return resolved
+    if not consent.may_send(message.category, opted_in):
+        # The opt-out came while it waited in the outbox or a lane's queue: it never goes out.
+        lifecycle.fail(message, FailureReason.OPTED_OUT, consent.DETAIL.format(why="found when it was claimed"),
+                       lease_token=token)
+        return OPTED_OUT
     now = timezone.now()
     if message.deliver_until <= now:
-        lifecycle.fail(
-            message, FailureReason.EXPIRED, "deliverUntil passed before a send succeeded", lease_token=token
-        )
+        lifecycle.fail(message, FailureReason.EXPIRED, human_pace.deadline_detail(message.hold_reason), lease_token=token)
         return "expired"
     if message.attempts >= message.max_attempts:
         # Only after a last attempt whose lost answer turned out not to have been sent.
@@ -112,7 +137,12 @@ def send_one(message_id: str) -> str:
     if scenario is not None:
         return send_simulated(message, token, scenario)
 
+    claimed_on = message.instance
     route = routing.choose(message, token)
+    if isinstance(route, routing.Route):
+        route = sticky.choose(message, token, route)
+    if turns.is_human(claimed_on) and (isinstance(route, routing.Hold) or route.instance.pk != claimed_on.pk):
+        slots.release(claimed_on.pk, message.pk)  # not sent there: the number is free for its next message now
     if isinstance(route, routing.Hold):
         metrics.messages(f"held:{route.why.replace(' ', '_')}:{message.lane}")
         lifecycle.requeue(
@@ -122,11 +152,21 @@ def send_one(message_id: str) -> str:
         return "held"
 
     instance = route.instance
-    if not take_send_slot(message, token, route):
+    turn = None
+    if turns.is_human(instance):
+        taken = turns.take(message, token, instance)
+        if isinstance(taken, str):
+            forget_probe(instance, route)
+            return taken
+        turn = taken
+    elif not take_send_slot(message, token, route):
         return "held"
     started = timezone.now()
     release_while_waiting()  # the call can take seconds (latency + typing): its connection serves others meanwhile
-    outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message))
+    outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message),
+                                message_id=message.own_message_id)
+    if turn is not None:
+        turns.end(turn, message, sent=outcome.kind == gateway.SENT)
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
         done = record_answer(message, token, instance, outcome, started)
@@ -177,11 +217,11 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
     """Wait for the instance's next send slot (sending.pacing); False when it is too far away and the
     message went back to Postgres, due at that slot, with no attempt used."""
     instance = route.instance
-    wait = pacing.send_slot(instance.pk, instance.send_rate_per_second, priority=message.lane == "otp")
+    if not take_pair_slot(message, token, route):
+        return False
+    wait = pacing.send_slot(instance.pk, policy.official_rate(instance), priority=message.lane == "otp")
     if wait < 0:
-        if not route.circuits_closed:  # a half-open circuit's probe this send took does not get to run
-            breaker.record(breaker.instance_scope(instance.name), breaker.NEUTRAL)
-            breaker.record(breaker.GATEWAY, breaker.NEUTRAL)
+        forget_probe(instance, route)
         metrics.messages(f"held:paced:{message.lane}")
         lifecycle.requeue(
             message, token, min(timezone.now() + timedelta(seconds=-wait), message.deliver_until), EventKind.WAITING,
@@ -192,6 +232,34 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
         release_while_waiting()
         time.sleep(wait)
     return True
+
+
+def take_pair_slot(message: Message, token: uuid.UUID, route: routing.Route) -> bool:
+    """An official number sends to one recipient at most once per `pair_gap_seconds` (Meta's pair rate): sleep for
+    a slot close by, else back to Postgres, due then, WAITING `pacing`, no attempt used."""
+    instance = route.instance
+    pair_gap = policy.values_for(instance.send_profile, instance.send_policy).get("pair_gap_seconds", 0.0)
+    if not pair_gap:
+        return True
+    wait = pacing.pair_slot(instance.pk, message.to, policy.real(pair_gap, slots.scale()).total_seconds())
+    if wait < 0:
+        forget_probe(instance, route)
+        metrics.messages(f"held:pair_rate:{message.lane}")
+        lifecycle.requeue(
+            message, token, min(timezone.now() + timedelta(seconds=-wait), message.deliver_until), EventKind.WAITING,
+            detail={"why": WaitingReason.PACING, "instance": instance.name, "limit": "pair rate"},
+        )
+        return False
+    if wait:
+        release_while_waiting()
+        time.sleep(wait)
+    return True
+
+
+def forget_probe(instance: Instance, route: routing.Route) -> None:
+    if not route.circuits_closed:  # a half-open circuit's probe this send took does not get to run
+        breaker.record(breaker.instance_scope(instance.name), breaker.NEUTRAL)
+        breaker.record(breaker.GATEWAY, breaker.NEUTRAL)
 
 
 def feed_breakers(instance: Instance, outcome: gateway.Outcome) -> None:
@@ -215,9 +283,17 @@ def resolve_lost_answer(message: Message, token: uuid.UUID) -> str | None:
     verdict = evidence.judge(message)
     now = timezone.now()
     checked = {"verdict": verdict.kind, **({"why": verdict.why} if verdict.why else {}), **verdict.detail}
+    if verdict.kind == evidence.TOO_SOON:
+        # Not a retry and no wait of the message's own: asked again once Evolution has settled, even past deadline.
+        at = datetime.fromisoformat(verdict.detail["at"])
+        lifecycle.requeue(message, token, at, EventKind.WAITING,
+                          detail={"why": "answer lost: Evolution is asked once it has settled", **verdict.detail})
+        return "unknown"
     if verdict.kind == evidence.SENT:
         key = verdict.record["key"]
-        line = writes.TimelineLine(
+        if verdict.detail.get("by") == "ownId":
+            note_id_honoured(message, message.instance, str(key["id"]))
+        line = TimelineLine(
             EventKind.CHECKED, {**checked, "evolutionMessageId": key["id"],
                                 "messageTimestamp": verdict.record.get("messageTimestamp")}, now,
         )
@@ -225,8 +301,10 @@ def resolve_lost_answer(message: Message, token: uuid.UUID) -> str | None:
             with transaction.atomic():
                 done = lifecycle.mark_sent(
                     message, token, str(key["id"]), str(key.get("remoteJid", "")),
+                    {"outcome": "sent", "confirmedBy": "findMessages"}, attempt_line=line,
+                ) or lifecycle.answer_after_receipts(
+                    message, token, str(key["id"]), str(key.get("remoteJid", "")),
                     {"outcome": "sent", "confirmedBy": "findMessages"},
-                    extra_update=dict(_UNKNOWN_CLEARED), attempt_line=line,
                 )
         except IntegrityError:
             # Another message took that record meanwhile: it is not this one's to take.
@@ -234,7 +312,7 @@ def resolve_lost_answer(message: Message, token: uuid.UUID) -> str | None:
         else:
             return "confirmed_sent" if done else LEASE_LOST
     if verdict.kind == evidence.NOT_SENT:
-        line = writes.TimelineLine(EventKind.CHECKED, checked, now)
+        line = TimelineLine(EventKind.CHECKED, checked, now)
         if message.deliver_until <= now or message.attempts >= message.max_attempts:
             expired = message.deliver_until <= now
             message.record(line.kind, **line.detail)
@@ -243,14 +321,12 @@ def resolve_lost_answer(message: Message, token: uuid.UUID) -> str | None:
                 FailureReason.EXPIRED if expired else FailureReason.RETRIES_EXHAUSTED,
                 ("deliverUntil passed" if expired else f"{message.attempts} attempts failed")
                 + "; the last attempt was not sent (findMessages)",
-                message.last_gateway_response, lease_token=token, extra_update=dict(_UNKNOWN_CLEARED),
+                message.last_gateway_response, lease_token=token, extra_update=dict(lifecycle.UNKNOWN_CLEARED),
             )
             return "failed"
         # The check took part of the lease: renew it for the send this claim goes on to make.
-        renewed = {"lease_expires_at": timezone.now() + timedelta(seconds=lease_seconds()), **_UNKNOWN_CLEARED}
-        if not writes.compare_and_set(message.pk, (Status.SENDING,), token, renewed, [line]):
+        if not lifecycle.settle_not_sent(message, token, timezone.now() + timedelta(seconds=lease_seconds()), line):
             return LEASE_LOST
-        message.unconfirmed_attempt_at = message.unconfirmed_attempt_until = message.outcome_unknown_since = None
         return None
     return _stay_unknown(message, token, verdict, now)
 
@@ -287,10 +363,15 @@ def apply_outcome(
     metrics.messages(f"attempt:{outcome.kind}:{message.lane}")
     if outcome.kind == gateway.SENT:
         attempts = message.attempts + 1
-        changes: dict[str, object] = {"attempts": attempts, **_UNKNOWN_CLEARED}
-        line = writes.TimelineLine(EventKind.ATTEMPT, {"attempt": attempts, "instance": instance.name, **record}, now)
+        changes: dict[str, object] = {"attempts": attempts}
+        if not outcome.extra.get("simulated"):
+            note_id_honoured(message, instance, outcome.message_id)
+        line = TimelineLine(EventKind.ATTEMPT, {"attempt": attempts, "instance": instance.name, **record}, now)
         if not lifecycle.mark_sent(message, token, outcome.message_id, outcome.remote_jid, record,
                                    extra_update=changes, attempt_line=line):
+            if lifecycle.answer_after_receipts(message, token, outcome.message_id, outcome.remote_jid, record,
+                                               extra_update=changes):
+                return "sent"
             return _sent_after_losing_lease(message, outcome, record, changes)
         if instance.last_gateway_error:
             Instance.objects.filter(pk=instance.pk).update(last_gateway_error="", last_gateway_error_at=None)
@@ -339,18 +420,22 @@ def apply_outcome(
         retry_at = backoff.next_attempt_at(attempts, now, message.deliver_until)
         if attempts >= message.max_attempts or retry_at is None:
             # No try is left, but the message is failed only once Evolution was asked (resolve_lost_answer).
-            retry_at = now + timedelta(seconds=settings.UNCONFIRMED_SETTLE_SECONDS)
-        lifecycle.requeue(
+            retry_at = now
+        # Never asked before Evolution has settled: "not found by our id" means "not sent" only then.
+        retry_at = max(retry_at, evidence.settled_at(until))
+        if not lifecycle.requeue(
             message, token, retry_at, EventKind.WAITING,
             detail={"why": "answer lost: Evolution is asked before anything else", "attempt": attempts},
             extra_update=extra,
-        )
+        ):
+            return _overtaken(message, token, {"attempts": attempts}, record)
         return "retry"
     if attempts >= message.max_attempts:
-        lifecycle.fail(
+        if not lifecycle.fail(
             message, FailureReason.RETRIES_EXHAUSTED, f"{attempts} attempts failed; last: {outcome.detail}",
             record, lease_token=token, extra_update=extra,
-        )
+        ):
+            return _overtaken(message, token, extra, record)
         return "failed"
     retry_at = backoff.next_attempt_at(attempts, now, message.deliver_until)
     if retry_at is None:
@@ -359,11 +444,39 @@ def apply_outcome(
             record, lease_token=token, extra_update=extra,
         )
         return "failed"
-    lifecycle.requeue(
+    if not lifecycle.requeue(
         message, token, retry_at, EventKind.WAITING,
         detail={"why": "retry after a transient failure", "attempt": attempts}, extra_update=extra,
-    )
+    ):
+        return _overtaken(message, token, extra, record)
     return "retry"
+
+
+def _overtaken(message: Message, token: uuid.UUID, changes: dict[str, object], record: dict[str, object]) -> str:
+    """A retry's write found the message moved on: receipts matched on its own id showed that the send went out
+    while the answer was lost or an error. The attempt joins the message and its lease ends."""
+    if lifecycle.answer_after_receipts(message, token, "", "", record, extra_update=changes):
+        metrics.messages(f"answer_overtaken:{message.lane}")
+        return "sent"
+    return LEASE_LOST
+
+
+def note_id_honoured(message: Message, instance: Instance, answered: str) -> None:
+    """Whether the instance's Evolution sent with the id we chose, as its answer shows: kept on the instance
+    (written only when it changes), and a mismatch logged. The answer's id is the one recorded either way."""
+    asked = message.own_message_id
+    if not asked or not answered:
+        return
+    honoured = answered == asked
+    if not honoured:
+        log.warning(
+            "instance %s sent message %s as WhatsApp id %s, not the %s it was given (messageId): its Evolution "
+            "ignores the field; lost answers on it are judged by inference", instance.name, message.pk, answered, asked,
+        )
+        metrics.evolution("gateway:message_id_ignored")
+    if instance.honours_message_id is not honoured:
+        Instance.objects.filter(pk=instance.pk).exclude(honours_message_id=honoured).update(honours_message_id=honoured)
+        instance.honours_message_id = honoured
 
 
 def _sent_after_losing_lease(
@@ -376,6 +489,9 @@ def _sent_after_losing_lease(
     if lifecycle.mark_sent(message, None, outcome.message_id, outcome.remote_jid, record,
                            extra_update=changes, from_statuses=(Status.QUEUED,)):
         log.error("message %s was sent after its lease ran out; recorded as SENT", message.pk)
+    elif Message.objects.filter(pk=message.pk, status=Status.FAILED, lease_token__isnull=True).exists():
+        # An ERROR receipt matched on its own id overtook the answer: WhatsApp refused what was sent.
+        log.warning("message %s: sendText answered after WhatsApp's error for it; it stays FAILED", message.pk)
     else:
         log.error("message %s was sent after its lease ran out and another worker holds it: it may be sent twice",
                   message.pk)

@@ -224,7 +224,8 @@ def test_sizes_come_from_env_and_the_command_line_which_wins() -> None:
 
 def test_a_switch_is_read_when_a_product_source_names_it() -> None:
     assert ablation.read_by_product("CONSUMER_ACK_BATCH")
-    assert ablation.read_by_product("BACKGROUND_NICE")  # the launcher passes it to pilot_status.priority
+    assert ablation.read_by_product("BACKGROUND_NICE")  # scripts/launch.sh reads it
+    assert ablation.read_by_product("LAUNCH_SLICES")
     assert not ablation.read_by_product("NO_SUCH_SWITCH_ANYWHERE")
 
 
@@ -253,6 +254,8 @@ def _is_figure(value: object) -> bool:
     return isinstance(value, (int, float)) and not math.isnan(value)
 
 
+@pytest.mark.harness
+@pytest.mark.stack
 @pytest.mark.timeout(960)  # as the bench smoke test: a whole harness run in a subprocess, its own stacks
 def test_the_ablation_runs_each_variant_in_a_stack_of_its_own_and_writes_the_table(tmp_path: Path) -> None:
     # given: a bench database of its own, and two variants: all on, and the consumer's ACKs one by one

@@ -23,7 +23,7 @@ SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
 # machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
 # running on the test broker, where they take the next stack tests' tasks; the subprocess's own timeout
 # (below) is the bound.
-pytestmark = pytest.mark.timeout(960)
+pytestmark = [pytest.mark.timeout(960), pytest.mark.harness, pytest.mark.stack]
 
 
 def _is_figure(value: object) -> bool:
@@ -90,4 +90,5 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     # the stack ran with the Procfile's priorities, and the report says so
     assert results["stack"]["priorities"]["worker-marketing"] == results["stack"]["priorities"]["webhook"] > 0
     assert "worker-otp" not in results["stack"]["priorities"]
-    assert "Priorities as in the Procfile: consumer, relay, webhook, worker-callbacks, worker-marketing, worker-utility at nice" in report
+    assert ("Priorities as in the Procfile: consumer, relay, webhook, worker-callbacks, worker-callbacks-relay, worker-marketing, "
+            "worker-utility at nice") in report

@@ -34,6 +34,8 @@ def test_the_table_gives_each_device_its_cpu_on_and_off_and_its_ratios() -> None
                    "| +20.0 % (+10.0 to +30.0) of B1's CPU per accept | **earns its place** |")
 
 
+@pytest.mark.harness
+@pytest.mark.stack
 @pytest.mark.timeout(300)
 def test_a_smoke_run_measures_every_device_on_and_off_against_a_bench_database_of_its_own(tmp_path: Path) -> None:
     env = dict(os.environ)

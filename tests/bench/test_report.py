@@ -150,7 +150,7 @@ def test_b7_is_reported_against_its_baseline_with_its_cpu_per_delivery_and_judge
 
     row = next(line for line in text.splitlines() if line.startswith("| B7 |"))
     assert "21 callback deliveries/s" in row and "trivial tasks 244 /s" in row and "| 0.09× |" in row
-    assert "callbacks worker 10.10 ms" in row and row.endswith("| none stated (issue 23, spec) | report only |")
+    assert "callbacks worker 10.10 ms" in row and row.endswith("| none stated (issue 23) | report only |")
     b7 = text.split("### B7", 1)[1]
     assert "| 1 | 244 | 21 | 22 | 21 | 3,118 / 3,118 / 3,118 |" in b7
     # the share of a core the callbacks worker had, and what a whole core would deliver at its CPU per delivery
@@ -274,9 +274,13 @@ def test_a_b3_recording_without_the_streams_cpu_renders_a_dash(results: dict[str
     assert all("| – |" in line for line in appendix.splitlines() if line.startswith("| 1 |"))
 
 
-def test_the_header_says_whether_the_background_ran_in_the_idle_group():
+def test_the_header_says_how_the_launcher_set_the_priorities():
     nice = {"relay": 10, "web": 0}
-    assert "in an idle CPU group, a group of its own each (6 processes)" in report._priorities_text(nice, 6)
-    assert "no idle CPU group" in report._priorities_text(nice, None)
-    assert "where the host allowed it" in report._priorities_text(nice)  # a run from before it was recorded
-    assert report._priorities_text({"relay": 0}, 6) == "every process at normal priority"
+    said = "bulk at nice 10; no systemd slices on this host"
+    assert f"relay at nice 10 (scripts/launch.sh: {said})" in report._priorities_text(nice, said)
+    # Runs from before the launcher: pilot_status.priority, with its idle CPU group or without.
+    assert "(their sessions too), in an idle CPU group, a group of its own each (6 processes)" in report._priorities_text(
+        nice, None, 6)
+    assert "no idle CPU group" in report._priorities_text(nice, None, None)
+    assert "where the host allowed it" in report._priorities_text(nice)
+    assert report._priorities_text({"relay": 0}, said) == "every process at normal priority"

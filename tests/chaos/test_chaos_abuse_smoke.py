@@ -18,7 +18,7 @@ import pytest
 from tests.chaos.conftest import ABUSE_ROWS as SUBSET
 
 # The harness run is tests/chaos/conftest.py's, shared with test_chaos_smoke.py (its timeout says why 960 s).
-pytestmark = pytest.mark.timeout(960)
+pytestmark = [pytest.mark.timeout(960), pytest.mark.harness, pytest.mark.stack]
 
 
 @pytest.fixture(scope="module")

@@ -75,6 +75,16 @@ def test_a_message_page_shows_its_timeline(ops, entry):
         assert kind in response.content
 
 
+def test_a_message_page_cannot_write_the_message(ops, entry):
+    """Every field is read-only, but a saved change form would still write the whole row back, its status as read
+    at the start of the request over a move a worker or a receipt made meanwhile: a status changes only through
+    messaging.lifecycle."""
+    url = f"/admin/messaging/message/{entry.message_id}/change/"
+    page = ops.get(url)
+    assert page.status_code == 200 and b'name="_save"' not in page.content
+    assert ops.post(url, {}).status_code == 403
+
+
 def test_the_resend_audit_lists_who_resent_what(ops, entry):
     ops.post("/admin/messaging/deadletter/", {"action": "force_resend", "_selected_action": [entry.pk]})
     response = ops.get("/admin/messaging/messageevent/", {"kind__exact": EventKind.RESENT})

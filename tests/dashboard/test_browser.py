@@ -147,7 +147,7 @@ def test_another_projects_member_gets_404(stack, simulator, alice, carol, failin
 
 
 def test_a_member_corrects_the_number_and_resends(stack, simulator, alice, bob, failing_recipient, browser_page):
-    """Issue 23 §2: the seeds' "the destination number was wrong, fixed, then Force Resend"."""
+    """Issue 23 §2: a customer's "the destination number was wrong, fixed, then Force Resend"."""
     page = browser_page
     corrected = "+5511977776666"
     message_id = send(stack, alice, RECIPIENT)

@@ -139,12 +139,12 @@ def test_the_charts_cost_two_grouped_queries_served_by_the_project_created_index
     with django_assert_max_num_queries(9):
         assert bob_browser.get(url(alice)).status_code == 200
 
-    # msg_project_created (project_id, created_at DESC) answers both queries' WHERE: with sequential scans
+    # msg_project_created (project_id, environment, created_at DESC) answers both queries' WHERE: with sequential scans
     # priced out (the test table is tiny), Postgres picks it for each
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-        for query in (charts._in_window(alice.project, buckets).values("status"),
-                      charts._in_window(alice.project, buckets).filter(delivered_at__isnull=False).values("id")):
+        for query in (charts._in_window(alice.project, "LIVE", buckets).values("status"),
+                      charts._in_window(alice.project, "LIVE", buckets).filter(delivered_at__isnull=False).values("id")):
             plan = query.explain()
             assert "msg_project_created" in plan, plan
 

@@ -10,6 +10,7 @@ import sys
 import uuid
 from datetime import timedelta
 
+import pytest
 import requests
 
 from ingestion import inbox, reconciler
@@ -212,6 +213,7 @@ def test_a_forged_already_saved_is_refused_by_the_running_web(stack, alice, alic
     assert message.status == Status.SENT
 
 
+@pytest.mark.serial
 def test_rabbitmq_down_the_webhook_delivers_and_the_consumer_carries_on(stack, simulator, alice, alice_instance):
     live(simulator, stack, alice_instance)
     during, after = new_key_id(), new_key_id()

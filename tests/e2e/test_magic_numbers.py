@@ -42,8 +42,9 @@ def statuses(message: Message) -> list[str]:
 @pytest.fixture
 def magic(stack, simulator, alice, alice_instance):
     simulator.register(alice_instance, stack.webhook_url)
-    for number in test_numbers.NUMBERS:
-        opt_ins.record(alice.project, number, "integration tests")
+    for number in test_numbers.NUMBERS:  # a consent in each world: the TEST key's sends and the LIVE key's
+        opt_ins.record(alice.project, number, "integration tests", environment="TEST")
+        opt_ins.record(alice.project, number, "integration tests", environment="LIVE")
     return alice
 
 

@@ -1,8 +1,9 @@
-"""The outbox promise (design.md §1): with Redis and RabbitMQ really stopped, valid sends still get
+"""The outbox promise (docs/architecture.md, principle 1): with Redis and RabbitMQ really stopped, valid sends still get
 202, and every one of them is delivered once both come back."""
 
 from __future__ import annotations
 
+import pytest
 import requests
 
 from messaging import opt_ins
@@ -13,6 +14,7 @@ from tests.support.simulator import wait_until
 COUNT = 20
 
 
+@pytest.mark.serial
 def test_sends_are_accepted_with_redis_and_rabbitmq_down_and_delivered_after(stack, simulator, alice, alice_instance):
     simulator.register(alice_instance, stack.webhook_url)
     recipients = [f"+55119888{n:05d}" for n in range(COUNT)]

@@ -68,8 +68,10 @@ def test_the_same_task_delivered_twenty_times_sends_once(stack, simulator, alice
 
 def test_a_worker_killed_mid_send_loses_nothing_and_sends_once(stack, simulator, alice, alice_instance):
     simulator.register(alice_instance, stack.webhook_url)
-    # Evolution sends, then its answer hangs: the worker is inside the HTTP call when it dies.
-    simulator.faults(alice_instance.name, hang_rate=1.0, hang_ms=8000, hang_after_send=True)
+    # Evolution sends, then its answer hangs: the worker is inside the HTTP call when it dies. WhatsApp's receipts
+    # would settle the message at once (they match its own id); without them only its lease is left to recover.
+    simulator.faults(alice_instance.name, hang_rate=1.0, hang_ms=8000, hang_after_send=True,
+                     ack_delays_ms={"SERVER_ACK": None, "DELIVERY_ACK": None, "READ": None})
     opt_ins.record(alice.project, RECIPIENT, "form")
     message_id = api_send(stack, alice)
     wait_until(lambda: sent_ids(simulator, alice_instance.name), timeout=20, message="Evolution sent it")
@@ -143,7 +145,7 @@ def test_a_backlog_that_waited_in_the_lane_queue_still_reaches_evolution_at_the_
 
 
 def test_an_otp_is_sent_while_a_marketing_backlog_drains(stack, simulator, alice, alice_instance, official_instance):
-    """An OTP never waits behind marketing (contract §5). Here it shares alice-main with a backlog of
+    """An OTP never waits behind marketing (docs/architecture.md, principle 4). Here it shares alice-main with a backlog of
     150 marketing messages, so marketing rightly goes on at that number's pace while the OTP crosses
     the relay and its worker; waiting behind the backlog would show as the backlog's sends piling up
     ahead of it at Evolution (an OTP 2 s late lets 40 through at 20/s). So: between the OTP's accept

@@ -202,6 +202,7 @@ def test_garbage_is_parked(transactional_db, connection, topo, exchange_name):
     assert IngestionEvent.objects.count() == 0
 
 
+@pytest.mark.serial
 def test_a_database_outage_waits_in_the_30s_queue_without_using_a_retry(
     transactional_db, web, connection, topo, sent_message, exchange_name
 ):

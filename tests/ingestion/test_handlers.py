@@ -11,7 +11,7 @@ from django.utils import timezone
 from ingestion import handlers, inbox
 from ingestion.models import IngestionEvent
 from messaging import lifecycle
-from messaging.accept import enqueue
+from messaging.inserts import enqueue
 from messaging.models import Message, OutboxEntry, Status
 from tests.ingestion.helpers import KEY_ID, make_message, rabbit_copy, receipt, sample
 

@@ -1,5 +1,6 @@
 """Inbound opt-out (issue 23 §3): an opt-out keyword written to a project's instance revokes that project's
-opt-in for the sender, with its source; later non-OTP sends are refused `opt_in_required`."""
+opt-in for the sender (to a shared instance: every project's), with its source; later non-OTP sends are refused
+`opt_in_required`."""
 
 from __future__ import annotations
 
@@ -135,14 +136,20 @@ def test_a_lid_sender_without_its_number_records_nothing_and_says_why(alice, opt
 def test_brazils_ninth_digit_either_way(alice, alice_instance):
     opt_ins.record(alice.project, "+5531999998888", "checkout")
 
-    # WhatsApp's jid for a Belo Horizonte mobile drops the ninth digit (evolution-api.md §8)
+    # WhatsApp's jid for a Belo Horizonte mobile drops the ninth digit (docs/evolution-setup.md, "Ids and jids")
     assert ingest(inbound("PARAR", jid="553199998888@s.whatsapp.net"))[0] == opt_outs.REVOKED
     assert live(alice, "+5531999998888") is None
 
 
-def test_a_pilot_status_instance_revokes_no_projects_opt_in(alice, opted_in, official_instance):
-    assert ingest(inbound("STOP", instance=official_instance.name))[0] == opt_outs.NO_PROJECT
-    assert live(alice) is not None
+def test_a_pilot_status_instance_revokes_every_projects_opt_in_for_the_number(alice, carol, opted_in, official_instance):
+    # A shared number speaks for every project that uses it (docs/security.md, "Consent"); tests/messaging/
+    # test_consent_at_send.py follows their queued messages.
+    opt_ins.record(carol.project, SENDER, "newsletter")
+    opt_ins.record(carol.project, "+5511977776666", "newsletter")
+
+    assert ingest(inbound("STOP", instance=official_instance.name))[0] == opt_outs.REVOKED
+    assert live(alice) is None and live(carol) is None
+    assert live(carol, "+5511977776666") is not None
 
 
 def test_the_api_revocation_records_its_source(alice, opted_in):

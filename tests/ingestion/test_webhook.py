@@ -189,6 +189,7 @@ def test_get_is_405_json(db):
     assert response.json()["error"]["code"] == "method_not_allowed"
 
 
+@pytest.mark.serial
 def test_it_answers_503_while_the_database_is_down_so_evolution_retries(transactional_db, alice, alice_instance):
     # given: a message whose receipt Evolution is about to post
     message = make_message(alice.project, alice_instance)

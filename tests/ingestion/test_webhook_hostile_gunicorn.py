@@ -22,6 +22,7 @@ from tests.ingestion.helpers import make_message, receipt
 from tests.support import processes
 from tests.support.processes import free_port, wait_for_port
 
+pytestmark = pytest.mark.stack
 PATH = "/api/internal/webhook"
 
 

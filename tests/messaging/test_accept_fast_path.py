@@ -16,7 +16,7 @@ from django.db import OperationalError, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from messaging import accept, opt_ins
+from messaging import lifecycle, opt_ins
 from messaging.accept import AnsweredBefore, SendRequest, accept_message
 from messaging.errors import Rejected
 from messaging.models import ApiKey, Instance, Message, MessageEvent, OptIn, OutboxEntry
@@ -156,7 +156,7 @@ def test_a_write_that_committed_before_its_connection_broke_is_not_written_twice
     key = live_key(alice)
     req = SendRequest(to=RECIPIENT, category="UTILITY", template="hi")
     accept_message(alice.project, key, "LIVE", req)
-    real_write = accept._write
+    real_write = lifecycle.accept
 
     def commit_then_lose_the_answer(*args, **kwargs):
         real_write(*args, **kwargs)  # committed (autocommit, one statement)...
@@ -168,7 +168,7 @@ def test_a_write_that_committed_before_its_connection_broke_is_not_written_twice
             other.close()
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(accept, "_write", commit_then_lose_the_answer)
+    monkeypatch.setattr(lifecycle, "accept", commit_then_lose_the_answer)
     connection.health_check_done = False  # a new request on the pooled connection
     body = accept_message(alice.project, key, "LIVE", req)
     assert Message.objects.filter(project=alice.project).count() == 2

@@ -74,7 +74,7 @@ def former_check_funnel(project, environment, req):
     code = rules.check_environment(project, environment, req.to)
     if code:
         return code
-    opted_in = rules.has_live_opt_in(project, req.to)
+    opted_in = rules.has_live_opt_in(project, environment, req.to)
     instance, code = former_resolve_instance(project, req.category, req.instance, opted_in)
     if code or instance is None:
         return code or "no_instance_available"

@@ -1,6 +1,6 @@
 """The one statement writes the rows save() writes (issue 25: built on Django's insert compiler).
 
-messaging.accept composes its one statement from the INSERTs Django's insert compiler writes for
+messaging.inserts composes its one statement from the INSERTs Django's insert compiler writes for
 save(); ACCEPT_ONE_STATEMENT=0 writes the same objects by save() itself, in transaction.atomic().
 The oracle is that second way: for every kind of value an accept writes, both leave the same
 columns in every table and send the same post_save signals.
@@ -18,7 +18,7 @@ from django.db.models.signals import post_save
 from django.test import override_settings
 from django.utils import timezone
 
-from messaging import accept
+from messaging import inserts
 from messaging.models import EventKind, IdempotencyRecord, Message, MessageEvent, OutboxEntry, Priority, Status
 
 NOW = timezone.now()
@@ -69,7 +69,7 @@ def both_ways(alice: Any, instance: Any, **changes: Any) -> list[tuple[dict[str,
             with override_settings(ACCEPT_ONE_STATEMENT=one_statement), \
                     mock.patch("django.utils.timezone.now", return_value=NOW):  # auto_now columns
                 *written, claim = rows(alice, instance, message_id, **changes)
-                assert accept._write(written, claim, NOW - timedelta(hours=24))
+                assert inserts.insert_rows(written, claim, NOW - timedelta(hours=24))
         finally:
             post_save.disconnect(heard)
         assert all(not obj._state.adding for obj in [*written, claim])  # stored, as save() leaves them

@@ -1,4 +1,4 @@
-"""Operator commands print JSON (contract §2) and their keys work against the API."""
+"""Operator commands print JSON (README, "API quick start") and their keys work against the API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every answer of the real Evolution API maps to the right outcome (bodies from evolution-samples)."""
+"""Every answer of the real Evolution API maps to the right outcome (bodies from tests/messaging/samples)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ import pytest
 from messaging.models import FailureReason
 from messaging.sending import gateway
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "spec" / "evolution-samples"
+SAMPLES = Path(__file__).resolve().parent / "samples"
 
 
 def sample(name: str):
-    local = Path(__file__).resolve().parent / "samples" / name
-    return json.loads((local if local.exists() else SAMPLES / name).read_text())
+    return json.loads((SAMPLES / name).read_text())
 
 
 @pytest.mark.parametrize(

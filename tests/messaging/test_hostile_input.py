@@ -567,6 +567,7 @@ HOSTILE_OVER_HTTP = {
 }
 
 
+@pytest.mark.stack
 @pytest.mark.django_db  # reads at READ COMMITTED: gunicorn's commits are what is counted
 @pytest.mark.parametrize("case", list(HOSTILE_OVER_HTTP))
 def test_gunicorn_answers_hostile_requests_with_a_4xx_and_stores_nothing(served, case):
@@ -586,6 +587,7 @@ JUNK_CREDENTIALS = [b"Bearer ps_live_\xe9", b"Bearer ps_live_\x00", b"Bearer ps_
                     b"\x80", b"Bearer ps_live_\xed\xa0\x80"]
 
 
+@pytest.mark.stack
 @pytest.mark.django_db  # reads at READ COMMITTED: gunicorn's commits are what is counted
 def test_gunicorn_answers_junk_credentials_with_a_4xx(served):
     server, _ = served
@@ -608,6 +610,7 @@ JUNK_TARGETS = [
 ]
 
 
+@pytest.mark.stack
 @pytest.mark.django_db  # reads at READ COMMITTED: gunicorn's commits are what is counted
 def test_gunicorn_answers_junk_queries_and_paths_with_a_4xx(served):
     server, alice = served
@@ -619,6 +622,7 @@ def test_gunicorn_answers_junk_queries_and_paths_with_a_4xx(served):
     assert OptIn.objects.get().revoked_at is None
 
 
+@pytest.mark.stack
 @pytest.mark.django_db  # reads at READ COMMITTED: gunicorn's commits are what is counted
 def test_gunicorn_still_accepts_a_good_send(served):
     server, alice = served

@@ -11,6 +11,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ingestion.models import IngestionEvent
+from messaging import lifecycle
 from messaging.models import IdempotencyRecord, Message, OptIn, Status
 
 
@@ -83,12 +84,12 @@ def test_a_raw_update_that_keeps_the_status_passes(alice, alice_instance):
 
 
 def test_a_late_receipt_changes_nothing(alice, alice_instance):
-    """Message.advance (a receipt's compare-and-set) ignores a receipt behind the status: no error, no line."""
+    """lifecycle.advance (a receipt's compare-and-set) ignores a receipt behind the status: no error, no line."""
     message = _message(alice, alice_instance, Status.SENT)
-    assert message.advance(Status.READ)
-    assert not message.advance(Status.DELIVERED)
-    assert not message.advance(Status.SERVER_ACK)
-    assert not message.advance(Status.READ)
+    assert lifecycle.advance(message, Status.READ)
+    assert not lifecycle.advance(message, Status.DELIVERED)
+    assert not lifecycle.advance(message, Status.SERVER_ACK)
+    assert not lifecycle.advance(message, Status.READ)
     message.refresh_from_db()
     assert message.status == Status.READ
     assert message.events.filter(kind="STATUS").count() == 1

@@ -35,7 +35,7 @@ def test_keys_have_separate_buckets(private_redis, limited, alice):
     for _ in range(3):
         live.post(URL, BODY, format="json")
     assert live.post(URL, BODY, format="json").status_code == 429
-    opt_ins.record(alice.project, alice.project.test_number, "dev")
+    opt_ins.record(alice.project, alice.project.test_number, "dev", environment="TEST")
     assert test.post(URL, dict(BODY, to=alice.project.test_number), format="json").status_code == 202
 
 

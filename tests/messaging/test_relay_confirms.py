@@ -79,6 +79,7 @@ def test_a_queue_that_refuses_the_tasks_fails_the_pass(empty_lanes, fast_instanc
     assert dispatch.lane_depths(("utility",))["utility"] == 4
 
 
+@pytest.mark.serial
 def test_a_broker_that_blocks_publishers_fails_the_pass_within_its_timeout(
     empty_lanes, fast_instances, alice, monkeypatch
 ):

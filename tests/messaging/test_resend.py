@@ -169,7 +169,7 @@ def test_matching_filters_by_reason_category_recipient_and_date(alice, alice_ins
     gone = failed_message(alice, reason=FailureReason.INSTANCE_NOT_FOUND)
     DeadLetter.objects.filter(pk=gone.pk).update(created_at=timezone.now() - timedelta(days=2))
 
-    assert list(resend.matching(alice.project, {"reason": "INVALID_RECIPIENT"})) == [invalid]
-    assert set(resend.matching(alice.project, {"category": "UTILITY", "to": RECIPIENT})) == {invalid, gone}
-    assert list(resend.matching(alice.project, {"created_after": timezone.now() - timedelta(days=1)})) == [invalid]
-    assert list(resend.matching(carol.project, {})) == []
+    assert list(resend.matching(alice.project, "LIVE", {"reason": "INVALID_RECIPIENT"})) == [invalid]
+    assert set(resend.matching(alice.project, "LIVE", {"category": "UTILITY", "to": RECIPIENT})) == {invalid, gone}
+    assert list(resend.matching(alice.project, "LIVE", {"created_after": timezone.now() - timedelta(days=1)})) == [invalid]
+    assert list(resend.matching(carol.project, "LIVE", {})) == []

@@ -174,7 +174,7 @@ def test_the_dashboard_shows_a_refused_correction_and_changes_nothing(bob, alice
 # ---- the real stack -------------------------------------------------------------------------
 
 def test_a_wrong_number_fixed_then_resent_is_delivered(stack, simulator, alice, alice_instance):
-    """The seeds' example on real parts: a number not on WhatsApp fails INVALID_RECIPIENT, the customer
+    """A customer's correction on real parts: a number not on WhatsApp fails INVALID_RECIPIENT, the customer
     fixes it through the API, and the same message reaches the corrected number."""
     import requests
 

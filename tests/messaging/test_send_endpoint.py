@@ -102,7 +102,7 @@ def test_the_key_answers_before_the_accept_header(alice):
     from rest_framework.test import APIClient
 
     response = APIClient().post(URL, body(), format="json", HTTP_ACCEPT="text/html")
-    assert_error(response, 401, "unauthorized")  # not 406: the key is checked first (contract §3)
+    assert_error(response, 401, "unauthorized")  # not 406: the key is checked first (docs/api.md)
     assert response["Content-Type"].startswith("application/json")
     assert_error(alice.client().post(URL, body(), format="json", HTTP_ACCEPT="text/html"), 406, "not_acceptable")
 
@@ -177,7 +177,7 @@ def test_test_keys_only_send_to_the_test_number(alice, alice_instance, opted_in)
     response = alice.client(live=False).post(URL, body(), format="json")
     assert_error(response, 403, "test_recipient_not_allowed")
     assert_nothing_stored()
-    opt_ins.record(alice.project, alice.project.test_number, "dev")
+    opt_ins.record(alice.project, alice.project.test_number, "dev", environment="TEST")
     ok = alice.client(live=False).post(URL, body(to=alice.project.test_number), format="json")
     assert ok.status_code == 202
 

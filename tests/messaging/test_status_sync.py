@@ -1,4 +1,4 @@
-"""Active status sync (seeds A-D): receipts lost on both channels are recovered by asking
+"""Active status sync: receipts lost on both channels are recovered by asking
 Evolution's findStatusMessage; updates only move forward."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def never_acknowledged(template: Message, count: int, sent_ago: timedelta) -> li
         copy.pk = None
         copy.id = uuid.uuid4()
         copy.status = "SENT"
-        copy.evolution_message_id = f"3EB0NEVERACK{i:010d}"
+        copy.evolution_message_id = copy.own_message_id = f"3EB0NEVERACK{i:010d}"  # ids are one message's
         copy.sent_at = base - timedelta(seconds=count - i)  # older than the lost receipt below
         copies.append(copy)
     return Message.objects.bulk_create(copies)

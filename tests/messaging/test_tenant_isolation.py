@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from messaging import opt_ins
 from messaging.api import urls as api_urls
-from messaging.models import DeadLetter, Message, OptIn
+from messaging.models import DeadLetter, Instance, Message, OptIn
 
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -28,7 +28,7 @@ def alice_objects(alice, alice_instance):
     dead = DeadLetter.objects.create(message=message, project=alice.project, reason="INVALID_RECIPIENT")
     opt_ins.record(alice.project, "+5511988887777", "form")
     return {"message_id": str(message.pk), "phone": "+5511988887777", "pk": str(dead.pk), "id": str(dead.pk),
-            "dead_letter_id": str(dead.pk)}
+            "dead_letter_id": str(dead.pk), "name": alice_instance.name}
 
 
 def snapshot():
@@ -36,6 +36,7 @@ def snapshot():
         list(Message.objects.values_list("pk", "status", "attempts")),
         list(DeadLetter.objects.values_list("pk", "status")),
         list(OptIn.objects.values_list("pk", "revoked_at")),
+        list(Instance.objects.values_list("pk", "send_profile", "send_policy", "health_state")),
     )
 
 

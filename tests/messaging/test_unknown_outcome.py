@@ -1,5 +1,8 @@
 """Issue 22: a lost answer is decided on evidence only. Against the simulator over real HTTP, on real
-Postgres and Redis; time passing between attempts is explicit (make_due)."""
+Postgres and Redis; time passing between attempts is explicit (make_due).
+
+Here on an Evolution that ignores the WhatsApp id we choose (older than `messageId`), where a lost answer is
+judged on number, text and window; on one that honours it, it is looked up by that id (test_own_id.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +20,10 @@ from tests.messaging.sending_helpers import (
     assert_dead_lettered,
     events,
     make_due,
-    open_on_simulator,
     send,
     sends_ok,
 )
+from tests.messaging.sending_helpers import open_on_simulator as open_honouring_ids
 
 LOST = {"hang_rate": 1.0, "hang_ms": 1500}
 
@@ -29,6 +32,12 @@ LOST = {"hang_rate": 1.0, "hang_ms": 1500}
 def short_timeouts(settings):
     settings.EVOLUTION_READ_TIMEOUT = 0.5
     settings.BREAKER_FAILURE_RUN = 100
+
+
+def open_on_simulator(simulator, *instances) -> None:
+    open_honouring_ids(simulator, *instances)
+    for instance in instances:
+        simulator.instance(instance.name, ignore_message_id=True)
 
 
 def lose_answers(simulator, instance, after_send: bool) -> None:

@@ -48,6 +48,7 @@ def test_an_instance_made_in_admin_gets_a_salt(admin_client):
     response = admin_client.post("/admin/messaging/instance/add/", {
         "name": "admin-made", "priority": "100", "connection_state": "open",
         "created_at_0": "2026-12-01", "created_at_1": "10:00:00",
+        "send_profile": "unofficial", "health_state": "healthy", "send_policy": "",
     })
     assert response.status_code == 302, response.content.decode()[:2000]
     instance = Instance.objects.get(name="admin-made")

@@ -49,6 +49,7 @@ def wait_for_holder(other_than: int | None = None, timeout: float = 60.0) -> int
     raise AssertionError("no beat took the lock")
 
 
+@pytest.mark.stack
 @pytest.mark.timeout(240)
 def test_a_second_beat_on_the_same_database_exits_and_a_new_one_takes_over_a_killed_one(transactional_db: Any) -> None:
     first, second, third = beat("beat-lock-first"), beat("beat-lock-second"), beat("beat-lock-third")

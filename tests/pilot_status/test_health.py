@@ -17,6 +17,16 @@ from tests.support.services import stopped
 POD_ADDRESS = "10.42.0.17"  # what a Kubernetes probe sends as Host: the pod's IP, in no ALLOWED_HOSTS
 
 
+@pytest.fixture(autouse=True)
+def fresh_checks() -> Any:
+    """Each test sees checks made for it, not the answer an earlier test left cached (test_readyz_cache)."""
+    from pilot_status import health
+
+    health.forget()
+    yield
+    health.forget()
+
+
 def test_healthz_answers_alive_as_json(db: Any, client: Any) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200
@@ -46,6 +56,7 @@ def test_readyz_reports_each_dependency_with_its_latency(db: Any, client: Any) -
         assert isinstance(check["ms"], float) and 0 <= check["ms"] < 2000, (name, check)
 
 
+@pytest.mark.serial
 def test_readyz_is_503_naming_redis_while_redis_is_really_stopped(db: Any, client: Any, settings: Any) -> None:
     with stopped("redis"):
         started = time.monotonic()

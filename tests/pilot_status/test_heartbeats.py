@@ -22,6 +22,7 @@ from tests.support import processes as support
 from tests.support.processes import Process, stop_all
 from tests.support.simulator import wait_until
 
+pytestmark = pytest.mark.stack
 BEAT_EVERY = "0.5"
 
 

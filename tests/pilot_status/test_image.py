@@ -1,5 +1,6 @@
-"""The production image and the locks it installs from (issue 24, "a lean image"), read as files: this
-machine has no Docker daemon, so the Dockerfile is parsed, not built.
+"""The production image and the locks it installs from (issue 24, "a lean image"), read as files: the suite
+never builds an image, so the Dockerfile is parsed here; `make image-check` builds it and looks inside
+(tests/image).
 
 - The image is multi-stage: a builder checks every downloaded file against requirements/runtime.lock's
   hashes; the runtime stage (the default target) holds the product's code and those wheels only, collects
@@ -26,7 +27,7 @@ from tests.support.processes import ROOT
 PRODUCT = ("pilot_status", "messaging", "ingestion", "dashboard", "callbacks")
 NOT_IN_THE_IMAGE = ("tests", "bench", "chaos", "docs", "scripts", "simulator", ".ci")
 DEV_TOOLS = ("pytest", "pytest-django", "pytest-timeout", "playwright", "mypy", "django-stubs",
-             "djangorestframework-stubs", "schemathesis", "hypothesis", "py-spy", "time-machine", "pip-tools",
+             "djangorestframework-stubs", "schemathesis", "hypothesis", "py-spy", "time-machine", "uv",
              "types-requests", "celery-types")
 SIMULATOR_LIBRARIES = ("aiohttp", "aio-pika", "aiormq")
 
@@ -57,13 +58,18 @@ def dockerfile_stages(text: str) -> list[Stage]:
         logical.append(pending + line.strip())
         pending = ""
     stages: list[Stage] = []
+    build_args: dict[str, str] = {}  # the ARGs before the first FROM, at their defaults
     for line in logical:
         instruction, _, arguments = line.partition(" ")
         instruction, arguments = instruction.upper(), " ".join(arguments.split())
-        if instruction == "FROM":
+        if instruction == "ARG" and not stages:
+            name, _, default = arguments.partition("=")
+            build_args[name] = default
+        elif instruction == "FROM":
             words = arguments.split()
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else str(len(stages))
-            stages.append(Stage(name=name, base=words[0]))
+            base = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: build_args[m.group(1) or m.group(2)], words[0])
+            stages.append(Stage(name=name, base=base))
         else:
             assert stages, f"{instruction} before any FROM"
             stages[-1].instructions.append((instruction, arguments))
@@ -96,7 +102,7 @@ def copied_sources(stage: Stage) -> list[str]:
 
 
 def test_the_dockerfile_parser_reads_stages_continuations_and_comments():
-    parsed = dockerfile_stages("# c\nFROM a:1 AS one\nRUN x \\\n  # inside\n    && y\nFROM one\nUSER app\n")
+    parsed = dockerfile_stages("# c\nARG B=a:1\nFROM ${B} AS one\nRUN x \\\n  # inside\n    && y\nFROM one\nUSER app\n")
     assert [(s.name, s.base) for s in parsed] == [("one", "a:1"), ("1", "one")]
     assert parsed[0].instructions == [("RUN", "x && y")] and parsed[1].all("USER") == ["app"]
 
@@ -105,7 +111,8 @@ def test_the_image_is_multi_stage_and_its_default_target_is_the_runtime():
     named = stages()
     assert {"builder", "runtime"} <= set(named), list(named)
     assert runtime().name == "runtime"
-    # Same slim Python in the builder (where the wheels are made) and the runtime (where they are installed).
+    # Same base in the builder (where the wheels are made) and the runtime (where they are installed): the
+    # build argument BASE_IMAGE, python:3.11-slim unless the build names another (scripts/image.sh).
     assert python_base("builder") == python_base("runtime")
     assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?(@sha256:[0-9a-f]{64})?", python_base("runtime"))
 
@@ -192,7 +199,7 @@ def pins(path: Path) -> dict[str, str]:
 
 
 def lock_entries(path: Path) -> dict[str, list[str]]:
-    """pip-compile's output: each pinned package with the hashes on its continuation lines."""
+    """`make lock`'s output: each pinned package with the hashes on its continuation lines."""
     entries: dict[str, list[str]] = {}
     current = None
     for line in path.read_text().splitlines():

@@ -101,6 +101,7 @@ def test_a_crash_in_a_view_is_the_json_500(db, monkeypatch):
     assert b"secret internals" not in answer.body
 
 
+@pytest.mark.stack
 def test_the_pool_under_gunicorn_logs_failed_requests_only(db, tmp_path):
     # As the Procfile runs it: a success leaves no access line, a refusal does.
     import os

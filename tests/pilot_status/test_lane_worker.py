@@ -56,6 +56,7 @@ def test_the_celery_arguments_name_the_pool_and_its_size():
     assert "-O" in settings_for("marketing", {"LANE_WORKER_POOL": "prefork"}).celery_args()
 
 
+@pytest.mark.stack
 def test_an_unknown_lane_is_a_usage_error():
     done = subprocess.run([sys.executable, "-m", "pilot_status.lane_worker", "maintenance"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)

@@ -80,6 +80,7 @@ def test_the_redis_counters_are_exported_as_they_are(db: Any, client: Any, setti
     assert value(found, "pilot_status_scrape_source_up", source="counters") == 1
 
 
+@pytest.mark.serial
 def test_with_redis_stopped_the_scrape_still_answers_with_what_it_can_read(db: Any, client: Any,
                                                                          settings: Any) -> None:
     settings.METRICS_TOKEN = TOKEN

@@ -31,7 +31,8 @@ def strong() -> str:
 def production_env(**overrides: str | None) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items()
            if name not in TRANSPORT and not name.endswith("_FILE")
-           and name != "DJANGO_ALLOW_ASYNC_UNSAFE"}  # the browser tests' (tests/dashboard/conftest.py), never a deployment's
+           and name != "DJANGO_ALLOW_ASYNC_UNSAFE"  # the browser tests' (tests/dashboard/conftest.py), never a deployment's
+           and name not in ("CALLBACKS_ALLOW_PRIVATE_ADDRESSES", "PILOT_TEST_STACK")}  # the test stacks' (scripts/env.sh)
     env.update(DEBUG="0", SECRET_KEY=strong(), INTERNAL_WEBHOOK_SECRET=strong(), METRICS_TOKEN=strong(),
                ALLOWED_HOSTS="pilot.example.com",
                SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO,https", DJANGO_SETTINGS_MODULE="pilot_status.settings")
@@ -97,13 +98,27 @@ def test_it_refuses_any_host(hosts):
     assert_refused(manage(production_env(ALLOWED_HOSTS=hosts), "check"), "ALLOWED_HOSTS")
 
 
+@pytest.mark.parametrize("value", ["true", "1", "yes"])
+def test_it_refuses_private_callback_addresses(value):
+    # Every tenant could aim callbacks at this network: Postgres, Redis, the metadata service.
+    assert_refused(manage(production_env(CALLBACKS_ALLOW_PRIVATE_ADDRESSES=value), "check"),
+                   "CALLBACKS_ALLOW_PRIVATE_ADDRESSES")
+
+
+def test_private_callback_addresses_stay_off_in_production_mode_and_open_in_development_and_test_stacks():
+    assert manage(production_env(CALLBACKS_ALLOW_PRIVATE_ADDRESSES="false"), "check").returncode == 0
+    assert manage(production_env(CALLBACKS_ALLOW_PRIVATE_ADDRESSES="true", DEBUG="1"), "check").returncode == 0
+    # The test, bench and chaos stacks run production mode with receivers on loopback (scripts/env.sh).
+    assert manage(production_env(CALLBACKS_ALLOW_PRIVATE_ADDRESSES="true", PILOT_TEST_STACK="1"), "check").returncode == 0
+
+
 def test_strong_random_secrets_start():
     result = manage(production_env(), "check")
     assert result.returncode == 0, result.stderr
 
 
 def test_development_mode_keeps_its_defaults():
-    # DEBUG=1: no host list needed; the secrets still have to be there (contract §7).
+    # DEBUG=1: no host list needed; the secrets still have to be there (README, "Set-up").
     result = manage(production_env(DEBUG="1", ALLOWED_HOSTS=None), "check")
     assert result.returncode == 0, result.stderr
 
@@ -145,6 +160,7 @@ def test_check_deploy_sees_the_plain_http_development_settings():
         assert warning in result.stderr
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("workers", [1, 2])
 def test_gunicorn_stops_instead_of_respawning_failing_workers(workers):
     # Exit status 3 is gunicorn's "worker failed to boot": the master halts with our line instead of

@@ -1,4 +1,4 @@
-"""Start-up refuses a malformed setting with a message naming it (contract §7), instead of failing later."""
+"""Start-up refuses a malformed setting with a message naming it (README, "Set-up"), instead of failing later."""
 
 from __future__ import annotations
 

@@ -110,6 +110,7 @@ def test_the_page_shows_the_circuits(transactional_db: Any, client: Any, alice_i
     assert page(client)["circuits"]["gateway"]["state"] == "half_open"
 
 
+@pytest.mark.serial
 def test_with_redis_stopped_the_page_still_answers_and_says_what_it_cannot_read(db: Any, client: Any) -> None:
     with stopped("redis"):
         body = page(client)

@@ -3,13 +3,13 @@ docker-compose.yml runs the same commands, and the bench, chaos and test stacks 
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from typing import Any
 
 from pilot_status import topology
 from pilot_status.lane_worker import settings_for
-from pilot_status.priority import DEFAULT_BACKGROUND_NICE
 from tests.pilot_status.test_compose import compose, production_values
 from tests.support.processes import ROOT
 
@@ -24,13 +24,13 @@ def test_the_committed_procfile_is_the_generated_one():
         "scripts/env.sh .venv/bin/python -m pilot_status.topology procfile > Procfile")
 
 
-def test_the_procfile_wraps_exactly_the_background_processes_and_keeps_web_first():
+def test_the_procfile_launches_each_process_in_its_class_and_keeps_web_first():
     lines = [line for line in topology.procfile().splitlines() if line and not line.startswith("#")]
     assert [line.split(":", 1)[0] for line in lines] == [p.name for p in topology.PROCESSES]
-    assert lines[0].startswith("web: gunicorn pilot_status.wsgi:application -b 127.0.0.1:$PORT -w ${WEB_CONCURRENCY:-2} ")
-    wrapper = f"exec python -m pilot_status.priority ${{BACKGROUND_NICE:-{DEFAULT_BACKGROUND_NICE}}} "
+    assert lines[0].startswith("web: exec scripts/launch.sh otp gunicorn pilot_status.wsgi:application -b 127.0.0.1:$PORT "
+                               "-w ${WEB_CONCURRENCY:-2} ")
     for line, process in zip(lines, topology.PROCESSES):
-        assert line.split(": ", 1)[1].startswith(wrapper) is process.background, process.name
+        assert line.split(": ", 1)[1].startswith("exec scripts/launch.sh bulk ") is process.background, process.name
     # The OTP path (and Evolution's stand-in) at normal priority, everything else of ours in the background.
     assert {p.name for p in topology.PROCESSES if not p.background} == {"web", "worker_otp", "relay_otp", "simulator"}
 
@@ -45,6 +45,15 @@ def test_the_description_says_what_each_process_is():
     assert sorted(queues) == sorted(("otp", "utility", "marketing", "maintenance", "sync", "bulk", "callbacks", "callbacks_relay"))  # each once
     relayed = [lane for p in topology.PROCESSES if p.name.startswith("relay") for lane in p.queues]
     assert sorted(relayed) == ["marketing", "otp", "utility"]
+
+
+def test_the_callbacks_relay_pass_has_a_worker_of_its_own():
+    # Deliveries wait on customers' servers; the pass that writes and hands them out must never wait for a
+    # thread behind them (issue 45 §2).
+    serving = {queue: p.name for p in topology.PROCESSES for queue in p.queues}
+    assert serving["callbacks_relay"] == "worker_callbacks_relay" and serving["callbacks"] == "worker_callbacks"
+    assert topology.process("worker_callbacks").queues == ("callbacks",)
+    assert topology.process("worker_callbacks_relay").queues == ("callbacks_relay",)
 
 
 def compose_command(service: dict[str, Any]) -> list[str]:
@@ -98,18 +107,17 @@ def test_the_bench_runs_the_described_commands(monkeypatch):
     monkeypatch.setenv("EVOLUTION_API_KEY", "key")
     stack = BenchStack(StackConfig("postgres://bench/x", web_workers=3))
     site = stack.site()
-    nice = ["-m", "pilot_status.priority", str(DEFAULT_BACKGROUND_NICE)]
+    launcher = str(ROOT / topology.LAUNCHER)
     for name in ("web", "webhook", "relay", "relay-otp", "consumer"):
         process = {"web": stack.web, "webhook": stack.webhook, "relay": stack.relay, "relay-otp": stack.relay_otp,
                    "consumer": stack.consumer}[name]()
         described = topology.process(name)
-        expected = described.command(site)
-        assert process.argv == ([expected[0], *nice, *expected] if described.background else expected), name
+        assert process.argv == topology.launched(described, described.command(site), launcher), name
     assert stack.web().argv[stack.web().argv.index("-w") + 1] == "3"
     utility = stack.worker("utility")
-    assert utility.argv[len(nice) + 1:] == topology.lane_worker_command(settings_for("utility", {}), site)
+    assert utility.argv == [launcher, "bulk", *topology.lane_worker_command(settings_for("utility", {}), site)]
     assert "bench.celery_app" in utility.argv and "utility@bench" in utility.argv
-    assert stack.worker("otp").argv == topology.lane_worker_command(settings_for("otp", {}), site)
+    assert stack.worker("otp").argv == [launcher, "otp", *topology.lane_worker_command(settings_for("otp", {}), site)]
 
 
 def test_chaos_runs_the_described_webhook_pool():
@@ -120,8 +128,32 @@ def test_chaos_runs_the_described_webhook_pool():
     assert webhook_pool_argv(8124, workers=2, threads=4) == topology.process("webhook").command(site)
 
 
-def test_the_generator_refuses_anything_but_procfile_with_its_usage(capsys):
-    assert topology.main([]) == 2 and topology.main(["compose"]) == 2
-    assert "usage: python -m pilot_status.topology procfile" in capsys.readouterr().err
+def test_the_generator_refuses_anything_but_procfile_or_systemd_with_its_usage(capsys, tmp_path):
+    assert topology.main([]) == 2 and topology.main(["compose"]) == 2 and topology.main(["systemd"]) == 2
+    assert "usage: python -m pilot_status.topology procfile | systemd FOLDER" in capsys.readouterr().err
     assert topology.main(["procfile"]) == 0
     assert capsys.readouterr().out == topology.procfile()
+    assert topology.main(["systemd", str(tmp_path / "units")]) == 0
+    assert {path.name: path.read_text() for path in (tmp_path / "units").iterdir()} == topology.systemd_units()
+
+
+def test_the_committed_systemd_units_are_the_generated_ones():
+    committed = {path.name: path.read_text() for path in (ROOT / "deploy" / "systemd").glob("pilot-status*")}
+    assert committed == topology.systemd_units(), (
+        "deploy/systemd is not what pilot_status/topology.py describes: "
+        "scripts/env.sh .venv/bin/python -m pilot_status.topology systemd deploy/systemd")
+
+
+def test_the_systemd_units_run_every_process_of_ours_once_in_its_slice():
+    units = topology.systemd_units()
+    ours = [p for p in topology.PROCESSES if not p.stand_in]
+    assert sorted(name for name in units if name.endswith(".service")) == sorted(
+        f"pilot-status-{p.service}.service" for p in ours)
+    for process in ours:
+        unit = units[f"pilot-status-{process.service}.service"]
+        assert f"Slice=pilot-status-{'bulk' if process.background else 'otp'}.slice\n" in unit, process.name
+        assert f"ExecStart={' '.join(process.command(topology.SYSTEMD))}\n" in unit, process.name
+        assert "PartOf=pilot-status.target" in unit and f"pilot-status-{process.service}.service" in units["pilot-status.target"]
+    # Celery's %h survives systemd's specifiers; nothing else of systemd's is left unescaped.
+    assert "-n sync@%%h " in units["pilot-status-worker-sync.service"]
+    assert all(not re.search(r"(?<!%)%[a-zA-Z](?<!%%h)", text.replace("%%", "")) for text in units.values())

@@ -8,7 +8,7 @@ import subprocess
 
 import yaml
 
-from tests.pilot_status.test_priority import procfile
+from tests.pilot_status.test_launcher import procfile
 from tests.support.processes import ROOT
 
 

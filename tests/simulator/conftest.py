@@ -24,7 +24,7 @@ import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = Path(__file__).resolve().parent / "samples"  # copy of the spec's evolution-samples/
+SAMPLES = Path(__file__).resolve().parent / "samples"  # Evolution's bodies, reconstructed from its source (README.md there)
 API_KEY = "SIM-TEST-GLOBAL-KEY"
 RABBITMQ_URL = os.environ.get("SIMULATOR_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:56720/")
 # Unique names so runs sharing one broker never see each other's messages.

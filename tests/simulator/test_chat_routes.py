@@ -1,4 +1,4 @@
-"""Chat routes and per-instance event settings, checked against the spec samples."""
+"""Chat routes and per-instance event settings, checked against Evolution's sample bodies (tests/simulator/samples)."""
 
 from __future__ import annotations
 

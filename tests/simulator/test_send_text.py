@@ -1,4 +1,4 @@
-"""POST /message/sendText/{instance}: every answer checked against the spec samples."""
+"""POST /message/sendText/{instance}: every answer checked against Evolution's sample bodies (tests/simulator/samples)."""
 
 from __future__ import annotations
 

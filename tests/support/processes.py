@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -20,22 +21,36 @@ from pilot_status.lane_worker import LaneWorker
 from pilot_status.lane_worker import settings_for as lane_worker_settings
 
 from .simulator import SimulatorClient
+from .workers import port_block, worker_id
 
 ROOT = Path(__file__).resolve().parents[2]
-LOG_DIR = Path(os.environ.get("PS_TEST_LOG_DIR") or ROOT / "artifacts" / "logs")
+# One folder per xdist worker: the processes' log names (web.log, worker-otp.log, ...) are the same in each.
+LOG_DIR = Path(os.environ.get("PS_TEST_LOG_DIR") or ROOT / "artifacts" / "logs") / worker_id()
 LANES = ("otp", "utility", "marketing")
 # The maintenance queues (pilot_status/celery.py), each with its own worker in the Procfile.
 MAINTENANCE_QUEUES = ("maintenance", "sync", "bulk")
 CALLBACKS_QUEUE = "callbacks"
 CALLBACKS_RELAY_QUEUE = "callbacks_relay"
 # Every queue a beat entry goes to (pilot_status/celery.py): start_maintenance serves them all.
-BEAT_QUEUES = (*MAINTENANCE_QUEUES, CALLBACKS_QUEUE)
+BEAT_QUEUES = (*MAINTENANCE_QUEUES, CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE)
+
+
+_ports = itertools.cycle(port_block())
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on, from this worker's block (tests/support/workers.py), next after the last one
+    handed out: a process just stopped leaves its port a while before it is handed out again."""
+    block = port_block()
+    for _ in range(len(block)):
+        port = next(_ports)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or still closing
+            return port
+    raise RuntimeError(f"no free port in {block.start}-{block.stop - 1} (tests/support/workers.py)")
 
 
 def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -200,22 +215,35 @@ class Stack:
             offsets[queue] = log_size(worker.log)
             self.processes[f"worker-{queue}"] = worker.start()
         self.processes["beat"] = self._beat(env).start()
-        for queue in BEAT_QUEUES:
-            worker = self.processes[f"worker-{queue}"]
-            wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offsets[queue])
+        try:
+            for queue in BEAT_QUEUES:
+                worker = self.processes[f"worker-{queue}"]
+                wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offsets[queue])
+        except BaseException:
+            self.stop_maintenance()
+            raise
 
     def start_callbacks(self, settings_env: dict[str, str]) -> None:
-        """The Procfile's worker_callbacks (threads pool) and beat, whose relay-callbacks entry runs
-        the relay pass; settings_env shortens the periods and the retry schedule for a test."""
+        """The Procfile's worker_callbacks (threads pool), worker_callbacks_relay and beat, whose
+        relay-callbacks entry runs the relay pass; settings_env shortens the periods and the retry schedule
+        for a test."""
         env = {**self.env, **settings_env}
-        worker = self._maintenance_worker(CALLBACKS_QUEUE, env)
-        offset = log_size(worker.log)
-        self.processes["worker-callbacks"] = worker.start()
+        offsets = {}
+        for queue in (CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE):
+            worker = self._maintenance_worker(queue, env)
+            offsets[queue] = log_size(worker.log)
+            self.processes[f"worker-{queue}"] = worker.start()
         self.processes["beat"] = self._beat(env).start()
-        wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offset)
+        try:
+            for queue in (CALLBACKS_QUEUE, CALLBACKS_RELAY_QUEUE):
+                worker = self.processes[f"worker-{queue}"]
+                wait_for_log(worker.log, "ready.", proc=worker.proc, start_at=offsets[queue])
+        except BaseException:
+            self.stop_callbacks()
+            raise
 
     def stop_callbacks(self) -> None:
-        self._stop_named(("beat", "worker-callbacks"))
+        self._stop_named(("beat", f"worker-{CALLBACKS_QUEUE}", f"worker-{CALLBACKS_RELAY_QUEUE}"))
 
     def stop_maintenance(self) -> None:
         self._stop_named(("beat", *(f"worker-{queue}" for queue in BEAT_QUEUES)))
@@ -228,14 +256,20 @@ class Stack:
         self.processes = {"web": self._web(), "relay": self._relay(), "consumer": self._consumer()}
         for lane in LANES:
             self.processes[f"worker-{lane}"] = self._worker(lane)
-        for process in self.processes.values():
-            process.start()
-        wait_for_port(self.port, proc=self.processes["web"].proc)
-        for lane in LANES:
-            worker = self.processes[f"worker-{lane}"]
-            wait_for_log(worker.log, "ready.", proc=worker.proc)
-        consumer = self.processes["consumer"]
-        wait_for_log(consumer.log, "Connected to amqp", proc=consumer.proc)
+        try:
+            for process in self.processes.values():
+                process.start()
+            wait_for_port(self.port, proc=self.processes["web"].proc)
+            for lane in LANES:
+                worker = self.processes[f"worker-{lane}"]
+                wait_for_log(worker.log, "ready.", proc=worker.proc)
+            consumer = self.processes["consumer"]
+            wait_for_log(consumer.log, "Connected to amqp", proc=consumer.proc)
+        except BaseException:
+            # The fixture never reaches its stop() when start() raises: the processes that did start
+            # would outlive the test and take the next test's (or the next checkout's) messages.
+            self.stop()
+            raise
 
     def restart(self, name: str, sig: int = signal.SIGTERM) -> None:
         process = self.processes[name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
@@ -27,6 +27,7 @@ class Received:
     verified: bool
     answered: int
     client_port: int = 0  # the sender's end of the TCP connection: one per connection
+    at: float = field(default_factory=time.time)  # when it arrived (wall clock: compared with rows' times)
 
     @property
     def payload(self) -> Any:

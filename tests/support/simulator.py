@@ -48,6 +48,34 @@ class SimulatorClient:
         response.raise_for_status()
         return response.json()
 
+    def phone_message(self, instance: str, number: str, text: str, **fields: Any) -> dict[str, Any]:
+        """A message typed on the instance's phone (`device`, `at`, `id` optional): Evolution gets it as
+        messages.upsert with fromMe true and files it for findMessages. Answers that record."""
+        return self._post(f"/_control/instances/{instance}/messages", {"number": number, "text": text, **fields})
+
+    def contact_message(self, instance: str, number: str, text: str, **fields: Any) -> dict[str, Any]:
+        """A message the contact wrote to the instance (messages.upsert, fromMe false): the contact is warm."""
+        return self._post(f"/_control/instances/{instance}/messages",
+                          {"number": number, "text": text, "from_me": False, **fields})
+
+    def ban_model(self, instance: str | None = None, **rules: Any) -> dict[str, Any]:
+        """Turn on (`enabled=True`) or tune the ban model for one instance, or for all when `instance` is None."""
+        if instance is None:
+            return self.set_global(ban_model=rules)
+        return self.instance(instance, ban_model=rules)
+
+    def time_scale(self, scale: float) -> dict[str, Any]:
+        """Model seconds per real second for every duration of the ban model."""
+        return self.set_global(time_scale=scale)
+
+    def standing(self, instance: str | None = None) -> dict[str, Any]:
+        """One instance's standing with the ban model, or every instance's (with `banned` and `disconnected`)."""
+        path = f"/_control/instances/{instance}" if instance else "/_control/standing"
+        response = self.http.get(f"{self.base_url}{path}", timeout=10)
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body["standing"] if instance else body
+
     def register(self, instance: Any, webhook_url: str, token: str | None = None, **extra: Any) -> dict[str, Any]:
         """Create `instance` on the simulator with a webhook back to the product (x-webhook-token)."""
         config: dict[str, Any] = {

@@ -11,7 +11,7 @@ from messaging.operators import OperatorError
 
 
 class JsonCommand(BaseCommand):
-    """Runs one operator action and prints its result as JSON on stdout (contract §2)."""
+    """Runs one operator action and prints its result as JSON on stdout (README, "API quick start")."""
 
     def run_action(self, action: Callable[..., dict[str, Any]], **kwargs: Any) -> None:
         try:

@@ -14,6 +14,8 @@ class Command(JsonCommand):
         parser.add_argument("--official", action="store_true")
         parser.add_argument("--priority", type=int, default=100)
         parser.add_argument("--token", default=None, help="the instance's Evolution token (stored hashed)")
+        parser.add_argument("--profile", default="unofficial", choices=["unofficial", "official"],
+                            help="how the number is paced (docs/sending-policy.md); a new number is unofficial")
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.run_action(
@@ -23,4 +25,5 @@ class Command(JsonCommand):
             official=options["official"],
             priority=options["priority"],
             token=options["token"],
+            profile=options["profile"],
         )

@@ -14,7 +14,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from messaging import dispatch
-from messaging.accept import OUTBOX_CHANNEL
+from messaging.inserts import OUTBOX_CHANNEL
 from pilot_status import heartbeats
 from pilot_status.celery import LANES
 

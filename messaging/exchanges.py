@@ -1,0 +1,47 @@
+"""Which numbers have exchanged messages with a recipient (`Contact`, either way): a recipient a number never
+exchanged a message with is a cold contact for it (its daily quota), and the project's number that last exchanged
+with a recipient sends to them first (the sticky sender; docs/sending-policy.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connection
+
+from .models import Contact
+from .opt_outs import phone_variants
+
+OUTBOUND, INBOUND = "outbound", "inbound"
+
+_EXCHANGED = """
+INSERT INTO messaging_contact (instance_id, phone, last_exchange_at, last_direction)
+SELECT id, %(phone)s, %(at)s, %(direction)s FROM messaging_instance WHERE {match}
+ON CONFLICT (instance_id, phone) DO UPDATE SET last_exchange_at = EXCLUDED.last_exchange_at,
+    last_direction = EXCLUDED.last_direction
+ WHERE messaging_contact.last_exchange_at <= EXCLUDED.last_exchange_at
+"""
+
+
+def sent(instance_id: int, phone: str, at: datetime) -> None:
+    """A number sent to a recipient; an older exchange never overwrites a newer one."""
+    with connection.cursor() as cursor:
+        cursor.execute(_EXCHANGED.format(match="id = %(instance)s"),
+                       {"instance": instance_id, "phone": phone, "at": at, "direction": OUTBOUND})
+
+
+def received(instance_name: str, phone: str, at: datetime) -> None:
+    """A recipient wrote to a number (ingestion, `messages.upsert` from a contact)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_EXCHANGED.format(match="name = %(name)s"),
+                       {"name": instance_name, "phone": phone, "at": at, "direction": INBOUND})
+
+
+def is_cold(instance_id: int, phone: str) -> bool:
+    """A recipient this number never exchanged a message with (Brazil's ninth digit either way)."""
+    return not Contact.objects.filter(instance_id=instance_id, phone__in=phone_variants(phone)).exists()
+
+
+def known_by(instance_ids: list[int], phone: str) -> list[int]:
+    """Of these numbers, the ones that exchanged with the recipient, the latest exchange first."""
+    rows = Contact.objects.filter(instance_id__in=instance_ids, phone__in=phone_variants(phone))
+    return list(dict.fromkeys(rows.order_by("-last_exchange_at").values_list("instance_id", flat=True)))

@@ -1,0 +1,117 @@
+"""An unofficial number's schedule in Postgres (SendSchedule): its one send in flight, and what it sent lately.
+
+The decisions are messaging.sending.policy's; this module reads and writes the row they judge, always by
+compare-and-set, so any number of relays and workers share one truth (docs/architecture.md, principles 2 and 3):
+- the relay reserves a number for the one message it releases (`reserve`); a number already reserved, or not due
+  yet, gets nothing released, so its other messages wait in the outbox;
+- the worker confirms the reservation for its claim (`begin`), sends, and ends it (`finish`): the send is counted
+  and the next send drawn a jittered gap later. A held or re-routed message gives the reservation back (`release`);
+- a lost task or a dead worker holds the number at most until `reserved_until` (the worker's lease).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from ..models import SendSchedule
+from . import policy
+
+_ENSURE = """
+INSERT INTO messaging_sendschedule (instance_id, hour_sent, day_sent, day_cold)
+SELECT unnest(%(ids)s::bigint[]), 0, 0, 0 ON CONFLICT (instance_id) DO NOTHING
+"""
+_COLUMNS = ("next_send_at", "first_send_at", "hour_started_at", "hour_sent", "day_started_at", "day_sent", "day_cold")
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A number as the relay sees it: its schedule, and whether a send holds it now."""
+
+    schedule: policy.Schedule
+    in_flight: bool
+
+
+def scale() -> float:
+    return float(settings.SENDING_POLICY_TIME_SCALE)
+
+
+def _schedule(row: Any) -> policy.Schedule:
+    return policy.Schedule(**dict(zip(_COLUMNS, row)))
+
+
+def standings(instance_ids: list[int], now: datetime) -> dict[int, Standing]:
+    """The schedules of these numbers (made when missing)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ENSURE, {"ids": instance_ids})
+        cursor.execute(
+            f"SELECT instance_id, reserved_until > %(now)s, {', '.join(_COLUMNS)} FROM messaging_sendschedule"
+            " WHERE instance_id = ANY(%(ids)s)", {"ids": instance_ids, "now": now})
+        return {row[0]: Standing(_schedule(row[2:]), bool(row[1])) for row in cursor.fetchall()}
+
+
+# A number is free when no send holds it (or the one that did ran out of time) and it is due. The bulk lanes leave
+# a number with a due OTP to the OTP relay: an OTP takes the number's next slot ahead of everything else.
+_RESERVE = """
+UPDATE messaging_sendschedule s SET reserved_by = v.message_id, reserved_until = %(until)s
+  FROM unnest(%(ids)s::bigint[], %(messages)s::uuid[]) AS v(instance_id, message_id)
+ WHERE s.instance_id = v.instance_id
+   AND (s.reserved_until IS NULL OR s.reserved_until <= %(now)s)
+   AND (s.next_send_at IS NULL OR s.next_send_at <= %(now)s)
+   AND (%(otp)s OR NOT EXISTS (
+        SELECT 1 FROM messaging_outboxentry o JOIN messaging_message m ON m.id = o.message_id
+         WHERE o.lane = 'otp' AND o.available_at <= %(now)s AND m.instance_id = s.instance_id))
+RETURNING s.instance_id
+"""
+
+
+def reserve(chosen: dict[int, str], now: datetime, until: datetime, otp: bool) -> set[int]:
+    """Reserve each number {instance: message} for its message until `until`; the numbers reserved."""
+    if not chosen:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(_RESERVE, {"ids": list(chosen), "messages": list(chosen.values()), "now": now,
+                                  "until": until, "otp": otp})
+        return {row[0] for row in cursor.fetchall()}
+
+
+_BEGIN = f"""
+UPDATE messaging_sendschedule SET reserved_by = %(message)s, reserved_until = %(until)s
+ WHERE instance_id = %(instance)s
+   AND (reserved_by = %(message)s OR reserved_until IS NULL OR reserved_until <= %(now)s)
+RETURNING {', '.join(_COLUMNS)}
+"""
+
+
+def begin(instance_id: int, message_id: uuid.UUID, now: datetime, until: datetime) -> policy.Schedule | None:
+    """The worker's claim on the number's one send: held by this message (or free) until `until`, the lease. None:
+    another send holds it."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ENSURE, {"ids": [instance_id]})
+        cursor.execute(_BEGIN, {"message": message_id, "until": until, "instance": instance_id, "now": now})
+        row = cursor.fetchone()
+    return None if row is None else _schedule(row)
+
+
+def finish(instance_id: int, message_id: uuid.UUID, after: policy.Schedule) -> bool:
+    """The send is over: counted, the next one due a jittered gap later, the number free. False when this message no
+    longer held it (its lease ran out and another send took the number): nothing written."""
+    values = asdict(after)
+    sets = ", ".join(f"{name} = %({name})s" for name in _COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE messaging_sendschedule SET {sets}, reserved_by = NULL, reserved_until = NULL"
+            " WHERE instance_id = %(instance)s AND reserved_by = %(message)s",
+            {**values, "instance": instance_id, "message": message_id})
+        return bool(cursor.rowcount)
+
+
+def release(instance_id: int, message_id: uuid.UUID) -> None:
+    """Give the number back without a send (the message was held or re-routed)."""
+    SendSchedule.objects.filter(instance_id=instance_id, reserved_by=message_id).update(
+        reserved_by=None, reserved_until=None)

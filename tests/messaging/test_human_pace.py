@@ -1,0 +1,164 @@
+"""An unofficial number's human pace at the relay and in the worker (docs/sending-policy.md): one send at a time,
+a jittered gap after each, caps with their warm-up, a cold-contact quota, OTPs first, and a held message that
+says why, or fails EXPIRED naming the limit."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from messaging import dispatch
+from messaging.models import Contact, Message, OutboxEntry, SendSchedule
+from messaging.sending import worker
+from tests.conftest import add_instance
+from tests.messaging.sending_helpers import events, open_on_simulator, queue, sends_ok
+
+pytestmark = pytest.mark.usefixtures("empty_lanes")
+
+
+@pytest.fixture
+def number(alice):
+    return add_instance(alice.project, "alice-phone", priority=10, profile="unofficial")
+
+
+def release(lane: str = "utility") -> dispatch.Release:
+    return dispatch.release_due(lanes=(lane,))
+
+
+def body(alice, message_id: str) -> dict:
+    return alice.client().get(f"/v1/messages/{message_id}").json()
+
+
+def test_the_relay_releases_one_message_per_unofficial_number_and_holds_the_rest_with_why(alice, number):
+    ids = queue(alice, "UTILITY", 4)
+    started = timezone.now()
+    result = release()
+    assert result.released == 1 and result.held == 0  # the held ones are not due now: the relay does not spin
+    schedule = SendSchedule.objects.get(instance=number)
+    released = [i for i in ids if Message.objects.get(pk=i).dispatched_at is not None]
+    assert len(released) == 1 and str(schedule.reserved_by) == released[0]
+    for held in set(ids) - set(released):
+        shown = body(alice, held)
+        assert shown["waitingReason"] == "pacing"
+        assert [line["detail"]["why"] for line in shown["events"] if line["type"] == "WAITING"] == ["pacing"]
+        entry = OutboxEntry.objects.get(message_id=held)
+        assert entry.available_at >= started + timedelta(seconds=5)
+    # Held again for the same reason: no second line.
+    OutboxEntry.objects.update(available_at=timezone.now())
+    assert release().released == 0  # the number is still reserved for the first one
+    assert all(len(events(Message.objects.get(pk=i), "WAITING")) == 1 for i in set(ids) - set(released))
+
+
+def test_an_official_number_keeps_its_throughput(alice, alice_instance):
+    queue(alice, "UTILITY", 5)
+    assert release().released == 5
+
+
+def test_the_worker_sends_in_the_slot_then_draws_a_jittered_gap(simulator, alice, number):
+    open_on_simulator(simulator, number)
+    first, second = queue(alice, "UTILITY", 2)
+    release()
+    sent = next(i for i in (first, second) if Message.objects.get(pk=i).dispatched_at is not None)
+    before = timezone.now()
+    assert worker.send_one(sent) == "sent"
+    schedule = SendSchedule.objects.get(instance=number)
+    assert schedule.reserved_by is None and (schedule.hour_sent, schedule.day_sent, schedule.day_cold) == (1, 1, 1)
+    assert before + timedelta(seconds=5) <= schedule.next_send_at <= timezone.now() + timedelta(seconds=30)
+    assert Contact.objects.filter(instance=number, phone=alice.project.test_number, last_direction="outbound").exists()
+    assert len(sends_ok(simulator, number.name)) == 1
+
+
+def test_a_second_send_on_a_busy_number_waits_without_an_attempt(simulator, alice, number):
+    open_on_simulator(simulator, number)
+    first, second = queue(alice, "UTILITY", 2)
+    SendSchedule.objects.create(instance=number, reserved_by=first,
+                                reserved_until=timezone.now() + timedelta(minutes=1))
+    assert worker.send_one(second) == "held"
+    message = Message.objects.get(pk=second)
+    assert (message.status, message.attempts, message.hold_reason.split("|")[0]) == ("QUEUED", 0, "pacing")
+    assert sends_ok(simulator, number.name) == []
+
+
+def test_a_new_numbers_hourly_cap_holds_as_warming_up_until_the_hour_ends(alice, number):
+    now = timezone.now()
+    SendSchedule.objects.create(instance=number, first_send_at=now, hour_started_at=now, hour_sent=20,
+                                day_started_at=now, day_sent=20)
+    [message_id] = queue(alice, "MARKETING", 1)
+    assert release("marketing").released == 0
+    assert body(alice, message_id)["waitingReason"] == "warming_up"
+    entry = OutboxEntry.objects.get(message_id=message_id)
+    assert abs((entry.available_at - (now + timedelta(hours=1))).total_seconds()) < 1
+
+
+def test_a_message_the_policy_cannot_send_in_time_expires_naming_the_limit(alice, number):
+    now = timezone.now()
+    SendSchedule.objects.create(instance=number, first_send_at=now - timedelta(days=60), hour_started_at=now,
+                                hour_sent=80, day_started_at=now, day_sent=80)
+    [message_id] = queue(alice, "UTILITY", 1)
+    Message.objects.filter(pk=message_id).update(deliver_until=now + timedelta(minutes=10))
+    release()
+    shown = body(alice, message_id)
+    assert (shown["status"], shown["failureReason"]) == ("FAILED", "EXPIRED")
+    assert "hourly_cap" in shown["failureDetail"]
+
+
+def test_a_resting_number_holds_its_sends(alice, number):
+    number.health_state = "resting"
+    number.save(update_fields=["health_state"])
+    [message_id] = queue(alice, "UTILITY", 1)
+    assert release().released == 0
+    assert body(alice, message_id)["waitingReason"] == "resting"
+
+
+def test_an_otp_takes_the_numbers_next_slot_ahead_of_the_bulk_lanes(alice, number):
+    marketing = queue(alice, "MARKETING", 3)
+    [otp] = queue(alice, "OTP", 1)
+    assert release("marketing").released == 0  # an OTP is due on this number: its slot is the OTP's
+    assert release("otp").released == 1
+    assert str(SendSchedule.objects.get(instance=number).reserved_by) == otp
+    assert all(Message.objects.get(pk=i).dispatched_at is None for i in marketing)
+
+
+def test_the_cold_quota_holds_cold_contacts_and_lets_known_ones_through(simulator, alice, number):
+    open_on_simulator(simulator, number)
+    now = timezone.now()
+    SendSchedule.objects.create(instance=number, first_send_at=now, hour_started_at=now, hour_sent=10,
+                                day_started_at=now, day_sent=10, day_cold=10)
+    cold, late = queue(alice, "UTILITY", 2, to="+5511977776666")
+    Message.objects.filter(pk=cold).update(deliver_until=now + timedelta(days=2))
+    release()
+    assert worker.send_one(cold) == "held"
+    assert Message.objects.get(pk=cold).hold_reason.split("|")[0] == "warming_up"
+    # The other one's deliverUntil comes before the number's next day, and no other number may reach the recipient:
+    # FAILED NO_WARM_INSTANCE, naming the limit.
+    OutboxEntry.objects.filter(message_id=late).update(available_at=now)
+    release()
+    assert worker.send_one(late) == "failed"
+    late_message = Message.objects.get(pk=late)
+    assert late_message.failure_reason == "NO_WARM_INSTANCE" and "warming_up" in late_message.failure_detail
+    warm = queue(alice, "UTILITY", 1)[0]
+    Contact.objects.create(instance=number, phone=alice.project.test_number, last_exchange_at=now,
+                           last_direction="inbound")
+    release()
+    assert worker.send_one(warm) == "sent"
+
+
+def test_a_claim_that_sends_nothing_frees_its_number(alice, number):
+    # A TEST message to a magic number simulates its answer; a released message past its deadline fails at the claim:
+    # neither keeps the number the relay reserved for it.
+    from messaging import opt_ins
+    from messaging.accept import SendRequest, accept_message
+
+    opt_ins.record(alice.project, "+12015550100", "form", environment="TEST")
+    magic = accept_message(alice.project, None, "TEST", SendRequest("+12015550100", "UTILITY", "hi"))["id"]
+    assert release().released == 1
+    assert str(SendSchedule.objects.get(instance=number).reserved_by) == magic
+    assert worker.send_one(magic) == "sent"
+    assert SendSchedule.objects.get(instance=number).reserved_by is None
+    [late] = queue(alice, "UTILITY", 1)
+    assert release().released == 1
+    Message.objects.filter(pk=late).update(deliver_until=timezone.now())
+    assert worker.send_one(late) == "expired"
+    assert SendSchedule.objects.get(instance=number).reserved_by is None

@@ -1,0 +1,115 @@
+"""The sending policy's decisions as plain functions (messaging.sending.policy, docs/sending-policy.md)."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from messaging.sending import policy
+from messaging.sending.policy import Schedule
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+UNOFFICIAL = policy.values_for("unofficial", {})
+
+
+def test_a_new_number_starts_at_the_warm_up_caps_and_reaches_the_full_ones_in_two_weeks():
+    new = policy.allowance(UNOFFICIAL, None, T0, 1.0)
+    assert (new.hourly, new.daily, new.cold) == (20, 50, 10)
+    week = policy.allowance(UNOFFICIAL, T0, T0 + timedelta(days=7), 1.0)
+    assert (week.hourly, week.daily, week.cold) == (50, 275, 55)
+    warm = policy.allowance(UNOFFICIAL, T0, T0 + timedelta(days=15), 1.0)
+    assert (warm.hourly, warm.daily, warm.cold) == (80, 500, 100)
+
+
+def test_the_time_scale_compresses_the_warm_up():
+    warm = policy.allowance(UNOFFICIAL, T0, T0 + timedelta(days=14) / 1000, 1000.0)
+    assert (warm.hourly, warm.daily) == (80, 500)
+
+
+def test_a_fresh_number_may_send_at_once():
+    assert policy.decide(UNOFFICIAL, Schedule(), T0, 1.0, cold=True).now
+
+
+def test_the_gap_holds_as_pacing_until_the_next_slot():
+    verdict = policy.decide(UNOFFICIAL, Schedule(next_send_at=T0 + timedelta(seconds=9)), T0, 1.0, cold=False)
+    assert (verdict.until, verdict.reason) == (T0 + timedelta(seconds=9), "pacing")
+
+
+def test_gaps_are_jittered_between_the_minimum_and_the_maximum():
+    rng = random.Random(7)
+    gaps = [policy.gap(UNOFFICIAL, 1.0, rng).total_seconds() for _ in range(200)]
+    assert min(gaps) >= 5 and max(gaps) <= 30
+    assert len({round(g, 3) for g in gaps}) > 150  # never a fixed interval
+    assert max(gaps) - min(gaps) > 15
+
+
+def test_the_hourly_cap_of_a_new_number_is_its_warm_up():
+    full_hour = Schedule(first_send_at=T0, hour_started_at=T0, hour_sent=20, day_started_at=T0, day_sent=20)
+    verdict = policy.decide(UNOFFICIAL, full_hour, T0 + timedelta(minutes=30), 1.0, cold=False)
+    assert (verdict.until, verdict.reason) == (T0 + timedelta(hours=1), "warming_up")
+
+
+def test_a_warmed_number_at_its_hourly_cap_waits_as_hourly_cap():
+    old = T0 - timedelta(days=30)
+    full_hour = Schedule(first_send_at=old, hour_started_at=T0, hour_sent=80, day_started_at=T0, day_sent=80)
+    verdict = policy.decide(UNOFFICIAL, full_hour, T0 + timedelta(minutes=1), 1.0, cold=False)
+    assert (verdict.until, verdict.reason) == (T0 + timedelta(hours=1), "hourly_cap")
+    # The next hour is a new window.
+    assert policy.decide(UNOFFICIAL, full_hour, T0 + timedelta(hours=1), 1.0, cold=False).now
+
+
+def test_the_daily_cap_holds_until_the_day_ends():
+    old = T0 - timedelta(days=30)
+    full_day = Schedule(first_send_at=old, hour_started_at=T0 + timedelta(hours=8), hour_sent=3,
+                        day_started_at=T0, day_sent=500)
+    verdict = policy.decide(UNOFFICIAL, full_day, T0 + timedelta(hours=8, minutes=5), 1.0, cold=False)
+    assert (verdict.until, verdict.reason) == (T0 + timedelta(days=1), "daily_cap")
+
+
+def test_the_cold_quota_holds_cold_contacts_only():
+    schedule = Schedule(first_send_at=T0, hour_started_at=T0, hour_sent=10, day_started_at=T0, day_sent=10, day_cold=10)
+    later = T0 + timedelta(minutes=40)
+    assert policy.decide(UNOFFICIAL, schedule, later, 1.0, cold=False).now
+    verdict = policy.decide(UNOFFICIAL, schedule, later, 1.0, cold=True)
+    assert (verdict.until, verdict.reason) == (T0 + timedelta(days=1), "warming_up")
+
+
+def test_a_resting_number_holds_every_send():
+    verdict = policy.decide(UNOFFICIAL, Schedule(), T0, 1.0, cold=False, health="resting")
+    assert verdict.reason == "resting" and verdict.until > T0
+
+
+def test_a_send_is_counted_and_draws_the_next_gap():
+    after = policy.after_send(UNOFFICIAL, Schedule(), T0, 1.0, cold=True, rng=random.Random(1))
+    assert after.first_send_at == T0 and (after.hour_sent, after.day_sent, after.day_cold) == (1, 1, 1)
+    assert T0 + timedelta(seconds=5) <= after.next_send_at <= T0 + timedelta(seconds=30)
+    again = policy.after_send(UNOFFICIAL, after, T0 + timedelta(hours=2), 1.0, cold=False)
+    assert again.first_send_at == T0 and (again.hour_started_at, again.hour_sent) == (T0 + timedelta(hours=2), 1)
+    assert (again.day_started_at, again.day_sent, again.day_cold) == (T0, 2, 1)
+
+
+def test_overrides_are_checked_per_profile():
+    assert policy.check_overrides("unofficial", {"hourly_max": 60, "gap_min_seconds": 8}) == {
+        "hourly_max": 60, "gap_min_seconds": 8.0}
+    assert policy.check_overrides("unofficial", {"hourly_max": None}) == {}
+    assert policy.values_for("unofficial", {"hourly_max": 60})["hourly_max"] == 60
+
+
+@pytest.mark.parametrize(("profile", "overrides", "field"), [
+    ("unofficial", {"rate_per_second": 10}, "rate_per_second"),  # an official value
+    ("official", {"hourly_max": 10}, "hourly_max"),
+    ("unofficial", {"hourly_max": -1}, "hourly_max"),
+    ("unofficial", {"hourly_max": 1.5}, "hourly_max"),
+    ("unofficial", {"hourly_max": True}, "hourly_max"),
+    ("unofficial", {"gap_max_seconds": "10"}, "gap_max_seconds"),
+    ("unofficial", {"gap_min_seconds": 40, "gap_max_seconds": 30}, "gap_min_seconds"),
+    ("unofficial", {"hourly_start": 90}, "hourly_start"),  # above hourly_max
+    ("sideways", {}, "sendProfile"),
+    ("unofficial", [], "sendPolicy"),
+])
+def test_a_bad_override_names_its_field(profile, overrides, field):
+    with pytest.raises(policy.PolicyError) as caught:
+        policy.check_overrides(profile, overrides)
+    assert caught.value.field == field
