@@ -21,7 +21,10 @@ from pilot_status import topology
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = str(ROOT / "scripts" / "launch.sh")
-HAS_AUTOGROUPS = Path("/proc/self/autogroup").exists() and bool(Path("/proc/self/autogroup").read_text().strip())
+# Whether a new session gets an autogroup of its own. Asked of a new session, not of this process: a process that
+# never left init's session (a CI runner's, say) shows an empty /proc/self/autogroup on a kernel that has them.
+HAS_AUTOGROUPS = Path("/proc/self/autogroup").exists() and bool(subprocess.run(
+    ["cat", "/proc/self/autogroup"], capture_output=True, text=True, start_new_session=True).stdout.strip())
 # Prints the process's own nice and its session's (autogroup) nice ('-' without an autogroup).
 SHOW = ("import os, re; from pathlib import Path; p = Path('/proc/self/autogroup');"
         "m = re.search(r'nice (-?\\d+)', p.read_text()) if p.exists() else None;"
