@@ -612,10 +612,15 @@ load_ports() {
     set_ports "${off:-0}"
 }
 
+# ports_free: no socket holds any of our ports, listening or not: the ports lie in the ephemeral range, and an
+# outgoing connection that holds one as its local port keeps a server from listening there (eaddrinuse) as surely
+# as another server does. TIME_WAIT (06) does not count: the servers bind over it.
 ports_free() {
-    local port
+    local port hex
     for port in "$PG_PORT" "$REDIS_PORT" "$AMQP_PORT" "$RMQ_DIST_PORT" "$EPMD_PORT"; do
-        port_listening "$port" && return 1
+        hex=$(printf ':%04X' "$port")
+        awk -v p="$hex" '$4 != "06" && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
+            /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 1
     done
     return 0
 }
