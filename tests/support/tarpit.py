@@ -8,6 +8,7 @@ timeout, so only a deadline on the whole attempt ends it. chaos S8 runs it for o
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -79,7 +80,7 @@ class Tarpit:
             else:
                 answer += body
             for byte in answer:
-                if self._stopped.wait(self.interval):
+                if self._caller_gone(conn, self.interval):
                     return
                 conn.sendall(bytes([byte]))
         except OSError:
@@ -88,6 +89,21 @@ class Tarpit:
             conn.close()
             with self._lock:
                 self.open_connections -= 1
+
+    def _caller_gone(self, conn: socket.socket, seconds: float) -> bool:
+        """Waits `seconds`; True as soon as the caller shuts down or closes its end (or the tarpit stops). Seen at the
+        caller's FIN, not at the next byte's failed send: otherwise an attempt cut at its deadline would still count
+        as open while the caller's next attempt starts, and `most_open` would count one attempt twice."""
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0 and not self._stopped.is_set():
+            readable, _, _ = select.select([conn], [], [], min(left, 0.2))
+            if readable:
+                try:
+                    if not conn.recv(65536):
+                        return True
+                except OSError:
+                    return True
+        return self._stopped.is_set()
 
     def connections(self) -> int:
         with self._lock:
