@@ -76,6 +76,43 @@ def test_the_cold_quota_holds_cold_contacts_only():
     assert (verdict.until, verdict.reason) == (T0 + timedelta(days=1), "warming_up")
 
 
+def cold_sends_late_in_the_day(count: int) -> tuple[Schedule, datetime]:
+    """A warmed number whose day opened at T0 with a send to a known contact, then `count` cold contacts in its
+    day's last hour; and the time of the first of them."""
+    schedule = policy.after_send(UNOFFICIAL, Schedule(first_send_at=T0 - timedelta(days=30)), T0, 1.0, cold=False)
+    first_cold = T0 + timedelta(hours=23)
+    for n in range(count):
+        schedule = policy.after_send(UNOFFICIAL, schedule, first_cold + timedelta(seconds=30 * n), 1.0, cold=True)
+    return schedule, first_cold
+
+
+def test_the_cold_quota_counts_the_last_24_hours_across_a_day_boundary():
+    # A warmed number's quota is 100 cold contacts; it used all of them in the last hour of its day. The next day
+    # opens a minute after that one ended, but WhatsApp counts a sliding 24 h: the quota comes back as those
+    # sends age past 24 h, one by one, never at the day boundary.
+    schedule, first_cold = cold_sends_late_in_the_day(100)
+    assert schedule.day_cold == 100
+    next_day = T0 + timedelta(days=1, minutes=1)
+    assert policy.decide(UNOFFICIAL, schedule, next_day, 1.0, cold=False).now
+    verdict = policy.decide(UNOFFICIAL, schedule, next_day, 1.0, cold=True)
+    assert (verdict.until, verdict.reason) == (first_cold + timedelta(days=1), "daily_cap")
+    assert not policy.cold_quota_left(UNOFFICIAL, schedule, next_day, 1.0)
+    assert policy.decide(UNOFFICIAL, schedule, first_cold + timedelta(days=1, seconds=1), 1.0, cold=True).now
+
+
+def test_a_cold_send_of_the_new_day_counts_the_last_days_too():
+    schedule, first_cold = cold_sends_late_in_the_day(99)
+    next_day = T0 + timedelta(days=1, minutes=1)
+    after = policy.after_send(UNOFFICIAL, schedule, next_day, 1.0, cold=True)
+    assert (after.day_started_at, after.day_cold) == (next_day, 1)
+    # 99 of the last day and 1 of this one inside 24 h: the quota is used up until the oldest ages out.
+    verdict = policy.decide(UNOFFICIAL, after, next_day + timedelta(minutes=1), 1.0, cold=True)
+    assert verdict.until == first_cold + timedelta(days=1)
+    # Only the last 24 h are kept.
+    later = policy.after_send(UNOFFICIAL, after, next_day + timedelta(days=1), 1.0, cold=False)
+    assert later.cold_sent_at == ()
+
+
 def test_a_resting_number_holds_every_send():
     verdict = policy.decide(UNOFFICIAL, Schedule(), T0, 1.0, cold=False, health="resting")
     assert verdict.reason == "resting" and verdict.until > T0
