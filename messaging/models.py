@@ -534,6 +534,9 @@ class SendSchedule(models.Model):
     day_started_at = models.DateTimeField(null=True, blank=True)
     day_sent = models.PositiveIntegerField(default=0)
     day_cold = models.PositiveIntegerField(default=0)
+    # Its sends to cold contacts in the last 24 policy-hours, oldest first: the quota counts them as WhatsApp does,
+    # over a sliding day (at most the quota's worth are kept).
+    cold_sent_at = ArrayField(models.DateTimeField(), default=list, blank=True)
 
 
 class Contact(models.Model):

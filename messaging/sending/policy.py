@@ -117,7 +117,8 @@ def check_overrides(profile: str, overrides: Any) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """What a number has sent lately (a SendSchedule row): the windows are fixed, each opened by its first send."""
+    """What a number has sent lately (a SendSchedule row): the windows are fixed, each opened by its first send; the
+    cold contacts are also kept by time (`cold_sent_at`, the last 24 policy-hours, oldest first)."""
 
     next_send_at: datetime | None = None
     first_send_at: datetime | None = None
@@ -126,6 +127,7 @@ class Schedule:
     day_started_at: datetime | None = None
     day_sent: int = 0
     day_cold: int = 0
+    cold_sent_at: tuple[datetime, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,26 @@ def _window(started: datetime | None, count: int, length: timedelta, now: dateti
     return started, count
 
 
+def _recent_cold(schedule: Schedule, day: timedelta, now: datetime) -> tuple[datetime, ...]:
+    """The number's sends to cold contacts in the 24 policy-hours before `now`, oldest first."""
+    return tuple(at for at in schedule.cold_sent_at if at > now - day)
+
+
+def _cold_frees_at(schedule: Schedule, cap: int, day: timedelta, now: datetime) -> datetime | None:
+    """When the number may write to one more cold contact: None now, else when enough of its cold sends are
+    older than a day. Both counts hold: the day window's, and the sliding 24 h's (WhatsApp counts cold contacts
+    over a sliding 24 h, so a quota used at the end of one day and again at the start of the next would be twice
+    the quota inside 24 h)."""
+    recent = _recent_cold(schedule, day, now)
+    day_start, day_cold = _window(schedule.day_started_at, schedule.day_cold, day, now)
+    if day_cold < cap and len(recent) < cap:
+        return None
+    ends = [day_start + day] if day_cold >= cap and day_start is not None else []
+    if len(recent) >= cap:
+        ends.append(recent[len(recent) - cap] + day if cap > 0 else now + day)
+    return max(ends, default=now + day)
+
+
 def _held(cap: int, warmed: float, name: str) -> str:
     """The reason a full window gives: the warm-up while its cap is still below the warmed number's."""
     return WaitingReason.WARMING_UP if cap < warmed else name
@@ -189,22 +211,22 @@ def decide(values: dict[str, float], schedule: Schedule, now: datetime, scale: f
     hour, day = real(HOUR_S, scale), real(DAY_S, scale)
     hour_start, hour_sent = _window(schedule.hour_started_at, schedule.hour_sent, hour, now)
     day_start, day_sent = _window(schedule.day_started_at, schedule.day_sent, day, now)
-    day_cold = _window(schedule.day_started_at, schedule.day_cold, day, now)[1]
     # A window that has not opened ends a day (an hour) after the send that would open it.
     day_ends, hour_ends = (day_start or now) + day, (hour_start or now) + hour
     if day_sent >= caps.daily:
         return Verdict(day_ends, _held(caps.daily, values["daily_max"], WaitingReason.DAILY_CAP))
-    if cold and day_cold >= caps.cold:
-        return Verdict(day_ends, _held(caps.cold, values["cold_daily_max"], WaitingReason.DAILY_CAP))
+    if cold and (cold_until := _cold_frees_at(schedule, caps.cold, day, now)) is not None:
+        return Verdict(cold_until, _held(caps.cold, values["cold_daily_max"], WaitingReason.DAILY_CAP))
     if hour_sent >= caps.hourly:
         return Verdict(hour_ends, _held(caps.hourly, values["hourly_max"], WaitingReason.HOURLY_CAP))
     return Verdict()
 
 
 def cold_quota_left(values: dict[str, float], schedule: Schedule, now: datetime, scale: float) -> bool:
-    """Whether the number may still write to a recipient it never exchanged a message with today."""
+    """Whether the number may still write to a recipient it never exchanged a message with now (its day, and the
+    last 24 h)."""
     caps = allowance(values, schedule.first_send_at, now, scale)
-    return _window(schedule.day_started_at, schedule.day_cold, real(DAY_S, scale), now)[1] < caps.cold
+    return _cold_frees_at(schedule, caps.cold, real(DAY_S, scale), now) is None
 
 
 def gap(values: dict[str, float], scale: float, rng: random.Random | None = None) -> timedelta:
@@ -219,10 +241,12 @@ def after_send(values: dict[str, float], schedule: Schedule, now: datetime, scal
     hour_start, hour_sent = _window(schedule.hour_started_at, schedule.hour_sent, real(HOUR_S, scale), now)
     day_start, day_sent = _window(schedule.day_started_at, schedule.day_sent, real(DAY_S, scale), now)
     _, day_cold = _window(schedule.day_started_at, schedule.day_cold, real(DAY_S, scale), now)
+    recent = _recent_cold(schedule, real(DAY_S, scale), now)
     return replace(
         schedule,
         next_send_at=now + gap(values, scale, rng),
         first_send_at=schedule.first_send_at or now,
         hour_started_at=hour_start or now, hour_sent=hour_sent + 1,
         day_started_at=day_start or now, day_sent=day_sent + 1, day_cold=day_cold + int(cold),
+        cold_sent_at=recent + (now,) if cold else recent,
     )

@@ -23,10 +23,11 @@ from ..models import SendSchedule
 from . import policy
 
 _ENSURE = """
-INSERT INTO messaging_sendschedule (instance_id, hour_sent, day_sent, day_cold)
-SELECT unnest(%(ids)s::bigint[]), 0, 0, 0 ON CONFLICT (instance_id) DO NOTHING
+INSERT INTO messaging_sendschedule (instance_id, hour_sent, day_sent, day_cold, cold_sent_at)
+SELECT unnest(%(ids)s::bigint[]), 0, 0, 0, '{}' ON CONFLICT (instance_id) DO NOTHING
 """
-_COLUMNS = ("next_send_at", "first_send_at", "hour_started_at", "hour_sent", "day_started_at", "day_sent", "day_cold")
+_COLUMNS = ("next_send_at", "first_send_at", "hour_started_at", "hour_sent", "day_started_at", "day_sent", "day_cold",
+            "cold_sent_at")
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ def scale() -> float:
 
 
 def _schedule(row: Any) -> policy.Schedule:
-    return policy.Schedule(**dict(zip(_COLUMNS, row)))
+    values = dict(zip(_COLUMNS, row))
+    return policy.Schedule(**{**values, "cold_sent_at": tuple(values["cold_sent_at"] or ())})
 
 
 def standings(instance_ids: list[int], now: datetime) -> dict[int, Standing]:
@@ -101,7 +103,7 @@ def begin(instance_id: int, message_id: uuid.UUID, now: datetime, until: datetim
 def finish(instance_id: int, message_id: uuid.UUID, after: policy.Schedule) -> bool:
     """The send is over: counted, the next one due a jittered gap later, the number free. False when this message no
     longer held it (its lease ran out and another send took the number): nothing written."""
-    values = asdict(after)
+    values = {**asdict(after), "cold_sent_at": list(after.cold_sent_at)}
     sets = ", ".join(f"{name} = %({name})s" for name in _COLUMNS)
     with connection.cursor() as cursor:
         cursor.execute(
