@@ -24,7 +24,7 @@ from .sizes import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 # In the order they run: S5 searches the tables and logs every other row left, so it runs last.
-SCENARIOS = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R8I", "R9", "R10", "S1", "S2", "S3", "S4", "S6", "S7", "S8", "S5")
+SCENARIOS = ("R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R8I", "R9", "R10", "R11", "S1", "S2", "S3", "S4", "S6", "S7", "S8", "S5")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -28,6 +28,8 @@ HEADLINE = {
            "catch_up_s", "otp_p99_ms", "otp_ratio"),
     "R10": ("sends", "lost", "duplicate_sendtext_calls", "queue_consumers", "second_beat_exit_status",
             "c_callbacks_owed", "c_callbacks_lost", "accepted_per_web_pool", "inbox_rows_by_channel", "fairness_ratio"),
+    "R11": ("policy_sent", "policy_ended", "policy_lost", "policy_strikes_463", "policy_disconnects", "policy_restricted",
+            "off_sent", "off_ended", "off_lost", "off_strikes_463", "off_disconnects", "off_banned", "off_restricted"),
     "S1": ("operations", "server_error_findings", "outside_schema_findings", "exit_code"),
     "S2": ("calls", "answered_as_expected", "a_unchanged"),
     "S3": ("calls", "answered_401", "inbox_rows_added", "target_status_after"),

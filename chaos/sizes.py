@@ -69,6 +69,11 @@ class Sizes:
     s8_messages: int = 20
     s8_dns_seconds: float = 30.0
     s8_attackers: int = 4
+    # R11: a new unofficial number's MARKETING campaign to as many cold contacts, its deadline this many compressed
+    # days away, time running r11_time_scale times as fast in the product's policy and the simulator's ban model
+    r11_messages: int = 2000
+    r11_days: float = 7.0
+    r11_time_scale: float = 2000.0
     # How long a scenario waits for every accepted message to reach a final state
     drain_s: float = 240.0
     senders: int = 8  # client threads posting sends
@@ -85,6 +90,7 @@ SMOKE = Sizes(
     r8_messages=40,
     r9_down_seconds=5.0, r9_messages=20, r9_otp_rate=10.0, r9_idle_otps=40, r9_warmup_otps=4,
     r10_messages=300, r10_c_messages=70, r10_a_rate=5.0, r10_c_rate=5.0,
+    r11_messages=60, r11_days=2.0, r11_time_scale=5000.0,
     s1_examples=5,
     s6_requests=300, s6_warmup=100,
     s7_examples=12, s7_budget_s=120.0,

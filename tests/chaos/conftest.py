@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# test_chaos_smoke.py: service stop, SIGKILL, web restart, gateway, lost answers, scale-out, and every abuse row
-SMOKE_ROWS = ("R1", "R4", "R5", "R6", "R8", "R8I", "R10", "S1", "S2", "S3", "S4", "S5")
+# test_chaos_smoke.py: service stop, SIGKILL, web restart, gateway, lost answers, scale-out, the campaign of a new
+# number under the ban model, and every abuse row
+SMOKE_ROWS = ("R1", "R4", "R5", "R6", "R8", "R8I", "R10", "R11", "S1", "S2", "S3", "S4", "S5")
 # test_chaos_abuse_smoke.py: amplification and memory, and the fuzz
 ABUSE_ROWS = ("S6", "S7")
 # Smaller than --smoke's own sizes for S6 and S7 (only theirs): the tests only have to keep the two rows working.

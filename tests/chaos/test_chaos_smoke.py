@@ -118,3 +118,10 @@ def test_two_of_every_scalable_process_lose_nothing_send_nothing_twice_and_stay_
     assert figures["inbox_rows_by_channel"]["WEBHOOK"] > 0 and figures["inbox_rows_by_channel"]["RABBITMQ"] > 0
     assert figures["lost"] == 0 and figures["duplicate_sendtext_calls"] == 0
     assert figures["fairness_ratio"] <= 2.0
+
+
+def test_a_new_numbers_cold_campaign_keeps_it_unrestricted_under_the_policy_and_gets_it_restricted_without(run):
+    figures = row(run, "R11")
+    assert figures["policy_sent"] > 0 and figures["policy_lost"] == 0
+    assert not figures["policy_restricted"] and figures["policy_disconnects"] == 0
+    assert figures["off_restricted"] and figures["off_lost"] == 0
