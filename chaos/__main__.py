@@ -1,7 +1,8 @@
 """`python -m chaos`: start the real stack on a chaos database, run the fault and abuse scenarios,
 write docs/reliability.md with the figures of this run.
 
-    python -m chaos                         # every scenario, full sizes (~15 min on 2 cores, and R9's 10-min receiver outage)
+    python -m chaos                         # every scenario, full sizes (~15 min on 2 cores, R9's 10-min receiver
+                                            # outage, and R11's two compressed weeks, ~13 min)
     python -m chaos --only R1,S3            # a subset
     python -m chaos --smoke --out X.md      # small sizes (tests/chaos runs this)
     python -m chaos --set r4_messages=2000

@@ -1,4 +1,5 @@
-"""How big each scenario is: full (`make chaos`, ~15 min on 2 cores, and R9's 10-minute outage) or smoke (tests/chaos).
+"""How big each scenario is: full (`make chaos`, ~15 min on 2 cores, R9's 10-minute outage and R11's two compressed
+weeks) or smoke (tests/chaos).
 
 Every size can be overridden with env CHAOS_<NAME> or `--set name=value`.
 """

@@ -66,6 +66,7 @@ def test_the_worker_sends_in_the_slot_then_draws_a_jittered_gap(simulator, alice
     schedule = SendSchedule.objects.get(instance=number)
     assert schedule.reserved_by is None and (schedule.hour_sent, schedule.day_sent, schedule.day_cold) == (1, 1, 1)
     assert before + timedelta(seconds=5) <= schedule.next_send_at <= timezone.now() + timedelta(seconds=30)
+    assert len(schedule.cold_sent_at) == 1 and before <= schedule.cold_sent_at[0] <= timezone.now()  # the last 24 h's
     assert Contact.objects.filter(instance=number, phone=alice.project.test_number, last_direction="outbound").exists()
     assert len(sends_ok(simulator, number.name)) == 1
 
