@@ -16,7 +16,7 @@ import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import connection, models, transaction
@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from pilot_status import metrics
 
-from .models import Instance, Message, MessageEvent, Project
+from .models import DeadLetter, Instance, Message, MessageEvent, Project
 from .prepared import prepared_cursor
 
 M = TypeVar("M", bound=models.Model)
@@ -254,3 +254,134 @@ def count_timeline(lines: Sequence[TimelineLine], category: str) -> None:
 def _count(names: list[str]) -> None:
     for name in names:
         metrics.messages(name)
+
+
+# ---- the statements of the moves that are more than one compare-and-set ---------------------------------------
+
+_RELEASED = """
+WITH released AS (
+    DELETE FROM messaging_outboxentry WHERE id = ANY(%(ids)s) RETURNING message_id
+), stamped AS (
+    -- Only a queued message is stamped and listed: an entry whose release the broker confirmed but that never
+    -- committed (the relay's connection lost at the commit) is back while its task sends the message; released
+    -- again later, it leaves the outbox with no stamp and no line after the send, and its task claims nothing.
+    -- = ANY(ARRAY(...)), not IN (SELECT ...), and the status tested in the SET, not the WHERE: the primary key's
+    -- index whatever the statistics say (tests/messaging/test_relay_plans.py).
+    UPDATE messaging_message
+       SET dispatched_at = CASE WHEN status = %(queued)s THEN %(now)s ELSE dispatched_at END
+     WHERE id = ANY(ARRAY(SELECT message_id FROM released))
+    RETURNING id, hold_reason, status
+)
+-- Never stamped before the commit that made the entry visible (clock_timestamp()): a pass that read its clock
+-- before an accept or a resend committed still lists DISPATCHED after it. A held message gets no line (requeue).
+INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
+SELECT id, %(kind)s, '', %(detail)s::jsonb, GREATEST(%(now)s, clock_timestamp()) FROM stamped
+ WHERE hold_reason IS NULL AND status = %(queued)s
+"""
+
+
+def release_rows(entry_ids: list[int], queued: str, now: datetime, kind: str, detail: dict[str, Any]) -> None:
+    """lifecycle.release: the entries leave the outbox, and each of their messages still `queued` is stamped
+    dispatched with a `kind` line (`detail`), in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RELEASED, {"ids": entry_ids, "now": now, "kind": kind, "queued": queued,
+                                   "detail": json.dumps(detail)})
+
+
+_HELD = """
+WITH v AS (SELECT * FROM unnest(%(ids)s::uuid[], %(untils)s::timestamptz[], %(reasons)s::text[], %(details)s::jsonb[])
+             AS v(id, until, reason, detail)),
+moved AS (UPDATE messaging_outboxentry SET available_at = v.until FROM v
+           WHERE messaging_outboxentry.id = ANY(%(entries)s) AND messaging_outboxentry.message_id = v.id),
+held AS (UPDATE messaging_message m SET next_attempt_at = v.until, hold_reason = v.reason FROM v, messaging_message old
+          WHERE m.id = v.id AND old.id = v.id AND m.status = %(queued)s
+      RETURNING m.id, v.detail, old.hold_reason IS DISTINCT FROM v.reason AS changed)
+INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
+SELECT id, %(kind)s, '', detail, %(now)s FROM held WHERE changed
+"""
+
+
+def hold_rows(entry_ids: list[int], holds: dict[str, tuple[datetime, str, dict[str, Any]]], queued: str,
+              now: datetime, kind: str) -> None:
+    """lifecycle.hold: each message {id: (until, hold reason, line detail)} still `queued` is due `until`, its outbox
+    entry (among `entry_ids`) too, with a `kind` line when its reason changed, in one statement."""
+    ids = list(holds)
+    params: dict[str, Any] = {
+        "ids": ids, "untils": [holds[i][0] for i in ids], "reasons": [holds[i][1] for i in ids],
+        "details": [json.dumps({**holds[i][2], "next_attempt_at": holds[i][0].isoformat()}) for i in ids],
+        "entries": entry_ids, "queued": queued, "kind": kind, "now": now,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_HELD, params)
+
+
+_CLAIM = """
+UPDATE messaging_message
+   SET status = %(to)s, lease_token = %(token)s, lease_expires_at = %(lease_until)s, updated_at = %(now)s,
+       own_message_id = CASE WHEN own_message_id = '' THEN %(own_id)s ELSE own_message_id END
+ WHERE id = %(id)s AND status = %(from)s AND next_attempt_at <= %(due_by)s
+RETURNING *"""
+
+
+def claim_row(message_id: str, source: str, target: str, token: uuid.UUID, now: datetime, due_by: datetime,
+              lease_until: datetime, own_id: str, extra: str) -> tuple[Message, Any] | None:
+    """lifecycle.claim: `source` → `target` under the lease `token` if due by `due_by`, the message's own id
+    `own_id` unless it has one, returned as changed_with_relations returns it (with `extra`)."""
+    return changed_with_relations(
+        _CLAIM, {"to": target, "from": source, "token": token, "now": now, "lease_until": lease_until,
+                 "id": message_id, "due_by": due_by, "own_id": own_id},
+        extra=extra,
+    )
+
+
+_FLAG_UNACKNOWLEDGED = """
+WITH flagged AS (
+    UPDATE messaging_message m
+       SET unacknowledged_at = %(now)s
+      FROM messaging_instance i
+     WHERE m.id = ANY(ARRAY(
+               SELECT id FROM messaging_message
+                WHERE status = %(sent)s AND status_sync_stopped_at IS NULL AND unacknowledged_at IS NULL
+                  AND sent_at < %(cutoff)s
+                ORDER BY sent_at
+                LIMIT %(limit)s))
+       AND m.status = %(sent)s AND m.unacknowledged_at IS NULL AND i.id = m.instance_id
+    RETURNING m.id, m.sent_at, i.name
+)
+INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
+SELECT id, %(kind)s, '', jsonb_build_object('status', %(sent)s::text, 'instance', name, 'sentAt', sent_at,
+                                            'ackTimeoutSeconds', %(timeout)s::int),
+       GREATEST(%(now)s, clock_timestamp())
+  FROM flagged
+"""
+
+
+def flag_unacknowledged_rows(sent: str, now: datetime, timeout_seconds: int, limit: int, kind: str) -> int:
+    """lifecycle.flag_unacknowledged: at most `limit` messages `sent` before `now - timeout_seconds` and not yet
+    flagged, the oldest sends first, stamped with a `kind` line each, in one statement; how many."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FLAG_UNACKNOWLEDGED, {
+            "now": now, "cutoff": now - timedelta(seconds=timeout_seconds), "limit": limit, "timeout": timeout_seconds,
+            "kind": kind, "sent": sent,
+        })
+        return int(cursor.rowcount)
+
+
+def lock_unanswered(message_id: Any, from_statuses: Iterable[str]) -> bool:
+    """Lock the message (FOR NO KEY UPDATE) if it is in `from_statuses` with no attempt whose answer was lost;
+    whether it is."""
+    rows = Message.objects.select_for_update(no_key=True).filter(pk=message_id, status__in=list(from_statuses))
+    return bool(list(rows.filter(unconfirmed_attempt_at__isnull=True).values_list("pk", flat=True)))
+
+
+def open_dead_letter(message: Message, reason: str, detail: str, response: Any) -> None:
+    """lifecycle.fail's dead letter: opened, or opened again over the one of an earlier failure."""
+    DeadLetter.objects.update_or_create(message=message, defaults={
+        "project_id": message.project_id, "reason": reason, "detail": detail, "last_gateway_response": response,
+        "attempts": message.attempts, "status": "OPEN", "resolved_by": "", "resolved_at": None})
+
+
+def clear_dispatched(message_id: Any, from_statuses: Iterable[str], dispatched_at: datetime | None) -> bool:
+    """lifecycle.redispatch: dispatched_at cleared if the message is still in `from_statuses` and dispatched then."""
+    rows = Message.objects.filter(pk=message_id, status__in=list(from_statuses), dispatched_at=dispatched_at)
+    return bool(rows.update(dispatched_at=None))

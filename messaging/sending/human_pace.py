@@ -19,6 +19,7 @@ from django.conf import settings
 
 from .. import lifecycle
 from ..choices import WaitingReason
+from ..holds import hold_reason
 from ..models import EventKind, FailureReason, Instance, Message, SendProfile
 from . import policy, slots
 
@@ -108,6 +109,6 @@ def hold(holds: dict[Any, Hold], now: datetime) -> None:
             lifecycle.expire(message, FailureReason.EXPIRED, expired_detail(held.reason, held.until))
             continue
         detail = {"why": held.reason, "instance": held.instance}
-        lines[candidate.message_id] = (held.until, str(lifecycle.hold_reason(EventKind.WAITING, detail, None)), detail)
+        lines[candidate.message_id] = (held.until, str(hold_reason(EventKind.WAITING, detail, None)), detail)
     if lines:
         lifecycle.hold([c.pk for c, held in holds.items() if not held.expire], lines, now)

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from messaging import dispatch, lifecycle
+from messaging import dispatch, writes
 from messaging.models import Environment, Message, OutboxEntry
 
 # Below ~15,000 rows the planner happens to pick the right index for the turn query anyway.
@@ -70,7 +70,7 @@ def test_the_release_statement_reaches_messages_by_primary_key_whatever_the_stat
     statistics_blind_to_a_backlog,
 ):
     ids = list(OutboxEntry.objects.values_list("pk", flat=True)[:100])
-    text = plan(lifecycle._RELEASED, {"ids": ids, "now": timezone.now(), "kind": "DISPATCHED", "detail": "{}", "queued": "QUEUED"})
+    text = plan(writes._RELEASED, {"ids": ids, "now": timezone.now(), "kind": "DISPATCHED", "detail": "{}", "queued": "QUEUED"})
 
     assert "Index Cond: (id = ANY" in text.split("Update on messaging_message")[1], text
 
