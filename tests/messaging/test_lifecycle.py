@@ -1,5 +1,6 @@
 """One state machine for a message (issue 46): messaging.lifecycle's table is the one the database holds, each
-of its moves is a function there, and no other module of the product writes a message's status.
+of its moves is a function there, the module reads in one screen-set, and no other module of the product writes a
+message's status.
 
 The scan reads the product's source (not bench's or chaos's harnesses, which make messages in a status on
 purpose, nor the tests) and fails on every way a status is written that it knows: an ORM update, create or save
@@ -10,6 +11,7 @@ of a message's `status` attribute, and a call of the SQL helpers the lifecycle's
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -19,15 +21,18 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from messaging import lifecycle
+from messaging import lifecycle, writes
 from messaging.models import Message, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("messaging", "ingestion", "callbacks", "dashboard", "pilot_status", "simulator")
 # The lifecycle, and the modules that turn its moves into SQL (they know no status).
 LIFECYCLE = {"messaging/lifecycle.py", "messaging/writes.py", "messaging/inserts.py"}
-# What only the lifecycle may call: the compare-and-sets and inserts its moves are written with.
-HELPERS = {"compare_and_set", "compare_and_set_ctes", "update_if", "changed_with_relations", "insert_rows"}
+# What messaging.writes offers anyone: loading rows, finding a message, counting lines. Everything else there is
+# SQL a move is written with, which only the lifecycle may call (a new helper is the lifecycle's unless listed here).
+WRITES_FOR_ANYONE = {"load", "message_by_evolution_id", "count_timeline"}
+HELPERS = {name for name, function in inspect.getmembers(writes, inspect.isfunction)
+           if function.__module__ == writes.__name__ and not name.startswith("_")} - WRITES_FOR_ANYONE | {"insert_rows"}
 CREATING = {"create", "bulk_create", "get_or_create", "update_or_create"}
 
 _UPDATE = re.compile(r'\bUPDATE\s+"?messaging_message"?\s+(?:(?:AS\s+)?\w+\s+)?SET\b(?P<set>.*?)(?:\bWHERE\b|\bFROM\b|\bRETURNING\b|$)',
@@ -169,6 +174,8 @@ WRITES = [
     'cursor.execute("INSERT INTO messaging_message (id, status) VALUES (%s, %s)")',
     'writes.compare_and_set(pk, ["SENT"], None, {"status": "READ"})',
     'writes.update_if(pk, ["QUEUED"], None, status="FAILED")',
+    'writes.claim_row(pk, "QUEUED", "SENDING", token, now, now, until, own_id, extra="")',
+    'writes.release_rows(ids, "QUEUED", now, "DISPATCHED", {})',
 ]
 NOT_WRITES = [
     'DeadLetter.objects.filter(pk=1).update(status="RESENT")',
@@ -180,6 +187,9 @@ NOT_WRITES = [
     '"UPDATE messaging_message SET dispatched_at = COALESCE(dispatched_at, now()), hold_reason = NULL WHERE status = %s"',
     '"INSERT INTO messaging_messageevent (message_id, kind) VALUES (%s, %s)"',
     'lifecycle.advance(message, "READ")',
+    'lifecycle.release(ids, "utility", now)',
+    "writes.load(Message, row)",
+    "writes.count_timeline(lines, category)",
 ]
 
 
@@ -191,6 +201,19 @@ def test_the_scan_finds_a_status_write(source):
 @pytest.mark.parametrize("source", NOT_WRITES)
 def test_the_scan_leaves_other_writes_alone(source):
     assert list(status_writes(source)) == [], source
+
+
+def test_the_lifecycle_reads_in_one_screen_set():
+    """States, table and every move's function in at most 300 lines: the SQL lives in messaging.writes and helper
+    concerns in modules of their own (messaging.holds), so that the whole life of a message fits one reading."""
+    lines = (ROOT / "messaging" / "lifecycle.py").read_text().splitlines()
+    assert len(lines) <= 300, f"messaging/lifecycle.py has {len(lines)} lines"
+
+
+def test_the_scan_knows_the_sql_helpers_of_the_moves():
+    assert {"compare_and_set", "compare_and_set_ctes", "update_if", "changed_with_relations", "claim_row",
+            "release_rows", "hold_rows", "flag_unacknowledged_rows", "insert_rows"} <= HELPERS
+    assert not HELPERS & WRITES_FOR_ANYONE
 
 
 def test_every_move_of_the_table_is_a_function_of_the_lifecycle():
