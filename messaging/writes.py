@@ -4,8 +4,10 @@ change is the lifecycle's table, not this module's.
 The hot moves are one round trip each, prepared (bench B2, B5): a compare-and-set with its timeline lines
 is one statement, an `UPDATE` whose `INSERT`s only happen when it matched, all atomic because Postgres runs
 one statement atomically in autocommit; a change that returns its message joined to its instance and
-project (a claim) is one `UPDATE … RETURNING`. The moves off the hot path use the ORM (`update_if`). New
-rows (an accept, an outbox entry) are messaging.inserts'.
+project (a claim) is one `UPDATE … RETURNING`; the relay's release and hold and the unacknowledged flag
+are one statement each over many messages. The moves off the hot path use the ORM (`update_if`). New
+rows (an accept, an outbox entry) are messaging.inserts'. Only the lifecycle calls what writes here
+(tests/messaging/test_lifecycle.py); loading rows, finding a message and counting lines are anyone's.
 """
 
 from __future__ import annotations
