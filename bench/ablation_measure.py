@@ -67,7 +67,8 @@ def postmaster_pid(database_url: str) -> int | None:
     try:
         with psycopg.connect(database_url, connect_timeout=5) as conn:
             backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-        status = Path(f"/proc/{backend}/status").read_text()
+            # Read while the connection is open: once it closes, the backend exits and its /proc entry goes.
+            status = Path(f"/proc/{backend}/status").read_text()
     except (psycopg.Error, OSError):
         return None
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), None)
