@@ -26,7 +26,11 @@ log = logging.getLogger("simulator")
 
 
 async def root(request: web.Request) -> web.StreamResponse:
-    # allows GET / (no auth): Evolution's welcome body, a good health check
+    # allows GET / (no auth): Evolution's welcome body, a good health check; GlobalConfig.root_status makes it
+    # answer as a gateway whose root is elsewhere (a proxy's path prefix, another version) does
+    status = request.app[WORLD].cfg.root_status
+    if status != 200:
+        return errors.reply(status, errors.envelope(status, errors.reason(status), [f"Cannot GET {request.raw_path}"]))
     return errors.reply(200, shapes.root(f"{request.scheme}://{request.host}", __version__))
 
 

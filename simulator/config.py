@@ -60,6 +60,9 @@ class GlobalConfig:
     # holds it this long, one at a time, before its handler runs; 0 = served at once. Calls then queue
     # behind each other, as a busy Evolution's do (GET / too: that is what a caller's probe sees).
     service_ms: float = 0.0
+    # What `GET /` answers: 200 with Evolution's welcome body, or this status with a 404-style error body, as a
+    # proxy that serves Evolution under a path prefix (or another gateway version) answers its root.
+    root_status: int = 200
     # The ban model (simulator/banmodel.py), off unless turned on; every one of its durations passes
     # `time_scale` times faster than real time.
     ban_model: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(banmodel.DEFAULTS))

@@ -202,6 +202,10 @@ def apply_global(world: World, patch: Any) -> None:
             cfg.service_ms = float(_number(value, key))
             if not 0 <= cfg.service_ms <= 10_000:
                 raise fail("service_ms must be between 0 and 10000")
+        elif key == "root_status":
+            if isinstance(value, bool) or not isinstance(value, int) or not 200 <= value <= 599:
+                raise fail("root_status must be an HTTP status from 200 to 599")
+            cfg.root_status = value
         elif key == "webhook_timeout_s":
             cfg.webhook_timeout_s = float(_number(value, key))
         elif key == "auto_pair_ms":

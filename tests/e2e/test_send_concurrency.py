@@ -17,6 +17,7 @@ import requests
 
 from messaging import opt_ins
 from messaging.models import Message
+from tests.conftest import add_instance
 from tests.support.processes import lane_worker_settings
 from tests.support.simulator import wait_until
 
@@ -25,11 +26,14 @@ MESSAGES = 40
 SENT_OR_LATER = ("SENT", "SERVER_ACK", "DELIVERED", "READ")
 
 
-def send_and_wait(stack, alice, count: int = MESSAGES, category: str = "UTILITY", **extra) -> None:
-    """`count` sends through the API, then until every one is SENT or later."""
+def send_and_wait(stack, alice, count: int = MESSAGES, category: str = "UTILITY", instances: tuple[str, ...] = (),
+                  **extra) -> None:
+    """`count` sends through the API (named in turn to `instances`, if given), then until every one is SENT or later."""
     ids = []
     with requests.Session() as http:
         for n in range(count):
+            if instances:
+                extra["instance"] = instances[n % len(instances)]
             while True:
                 response = http.post(
                     f"{stack.web_url}/v1/messages/send",
@@ -105,6 +109,26 @@ def test_a_slow_gateway_gets_many_more_sends_in_flight_than_the_lane_has_process
     assert counted["max_in_flight"] > max(processes, prefork_children) * 4, counted
     # The lane's pool is what bounds it: at most its concurrency in flight at once.
     assert counted["max_in_flight"] <= lane_worker_settings("utility").concurrency, counted
+
+
+def test_a_gateway_whose_root_does_not_answer_still_gets_many_sends_in_flight(stack, simulator, alice):
+    # Behind a proxy with a path prefix, or in another gateway version, `GET /` is not Evolution's welcome. Nothing
+    # that decides when a number may send may depend on it: a lane worker that starts against such a gateway sends
+    # each number's messages as fast as its policy allows (official numbers: their rate), many calls at once.
+    numbers = [add_instance(alice.project, f"alice-cloud-{n}", priority=10 + n) for n in range(3)]
+    for number in numbers:
+        simulator.register(number, stack.webhook_url)
+        simulator.faults(number.name, latency_ms=800)
+    opt_ins.record(alice.project, RECIPIENT, "form")
+    simulator.set_global(root_status=404)
+    try:
+        with lane_worker_env(stack, "utility"):  # a worker that meets this gateway from its start
+            send_and_wait(stack, alice, count=60, instances=tuple(number.name for number in numbers))
+    finally:
+        simulator.set_global(root_status=200)
+    counted = simulator.stats()["send_text"]
+    assert counted["total"] == 60, counted
+    assert counted["max_in_flight"] > 4, counted
 
 
 def test_the_calls_in_flight_at_one_instance_are_bounded_by_its_pacing_not_by_threads(

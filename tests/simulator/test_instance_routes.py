@@ -95,3 +95,14 @@ def test_delete_marks_the_instance_deleted(sim: Simulator, inst: Json) -> None:
     assert sim.get("/instance/connectionState/my-instance").status_code == 404
     assert sim.get("/instance/fetchInstances").json() == []
     assert sim.post("/instance/create", {"instanceName": "my-instance"}, key=API_KEY).status_code == 201
+
+
+def test_root_answers_the_status_it_is_told_to(sim: Simulator) -> None:
+    # A gateway behind a proxy with a path prefix, or another version, does not answer GET / with the welcome.
+    assert sim.http.post(f"{sim.url}/_control/global", json={"root_status": 404}).status_code == 200
+    response = sim.get("/", key=None)
+    assert response.status_code == 404 and response.json()["response"]["message"] == ["Cannot GET /"]
+    assert sim.http.post(f"{sim.url}/_control/global", json={"root_status": 200}).status_code == 200
+    assert sim.get("/", key=None).status_code == 200
+    for bad in (99, 600, "404", True):
+        assert sim.http.post(f"{sim.url}/_control/global", json={"root_status": bad}).status_code == 400
