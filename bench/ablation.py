@@ -59,7 +59,6 @@ VARIANTS = (
     Variant("slices", "systemd slices (nice kept)", {"LAUNCH_SLICES": "0"}),
     Variant("metrics-carry", "metrics carry", {"METRICS_FLUSH_SECONDS": "0"}),
     Variant("ack-batch", "batched consumer ACKs", {"CONSUMER_ACK_BATCH": "1"}),
-    Variant("gateway-limit", "adaptive gateway limit", {"GATEWAY_ADAPTIVE_LIMIT": "0"}),
     # A switch no code reads: today's product in one more slot a round. How far its figures move from all on's is
     # how far the host moves identical code between slots; a device's change must be larger to count.
     Variant(PLACEBO, "nothing (placebo)", {"ABLATION_PLACEBO": "1"}),
@@ -68,7 +67,7 @@ VARIANTS = (
 
 @dataclass(frozen=True)
 class AblationSizes:
-    """One variant's measurement in one round. The defaults keep the 11 variants × 2 rounds near half an hour on
+    """One variant's measurement in one round. The defaults keep the 10 variants × 2 rounds near half an hour on
     the 2-core host; each can be set by env (BENCH_ABLATION_<NAME>) or `--set name=value`."""
 
     rounds: int = 2
@@ -119,7 +118,7 @@ def resolve_sizes(smoke: bool, overrides: list[str], env: dict[str, str] | None 
 def select(spec: str) -> list[Variant]:
     """`--variants a,b`: those, after "all on" (every change is measured against it); empty: all. An item
     `env:NAME=VALUE` (several joined by `+`) is a trial of its own: a setting other than its device's switch,
-    e.g. `env:GATEWAY_QUEUE_TARGET_MS=20`."""
+    e.g. `env:RELAY_LANE_DEPTH_OTP=32`."""
     known = {v.key: v for v in VARIANTS}
     keys = [k.strip() for k in spec.split(",") if k.strip()] or list(known)
     trials = {k: trial(k) for k in keys if k.startswith("env:")}

@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from celery import Celery, bootsteps
+from celery import Celery
 from celery.signals import beat_init, task_postrun, task_prerun, worker_process_shutdown, worker_ready
 from kombu import Exchange, Queue
 
@@ -58,24 +58,6 @@ app.conf.task_routes = {
     "callbacks.prune_deliveries": {"queue": MAINTENANCE_QUEUE},
     DELIVER_CALLBACK_TASK: {"queue": CALLBACKS_QUEUE},
 }
-
-
-class GatewayLimitPrefetch(bootsteps.StartStopStep):
-    """A bulk lane worker's prefetch follows its adaptive gateway limit (messaging.sending.gateway_limit):
-    it reserves only the tasks it may start. Runs again with each new consumer (after a reconnect)."""
-
-    requires = ("celery.worker.consumer.tasks:Tasks",)
-
-    def start(self, c: Any) -> None:
-        lanes = [q.name for q in c.task_consumer.queues if q.name in LANES]
-        if len(lanes) != 1 or not c.qos.value:
-            return  # not a lane worker (or prefetch off): nothing to follow
-        from messaging.sending.gateway_limit import follow_with_prefetch
-
-        follow_with_prefetch(lanes[0], c.qos, c.pool.num_processes * c.prefetch_multiplier)
-
-
-app.steps["consumer"].add(GatewayLimitPrefetch)
 
 
 def lane_for(category: str) -> str:

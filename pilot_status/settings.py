@@ -231,16 +231,6 @@ TYPING_DELAY_MS_PER_CHAR = envint("TYPING_DELAY_MS_PER_CHAR", 30, minimum=0)
 TYPING_DELAY_OTP_MS = envint("TYPING_DELAY_OTP_MS", 300, minimum=0)
 TYPING_DELAY_JITTER = envfloat("TYPING_DELAY_JITTER", 0.2, minimum=0, at_most=1)
 TYPING_DELAY_MAX_MS = envint("TYPING_DELAY_MAX_MS", 3000, minimum=0)
-# The utility and marketing lanes admit their sendText calls through an adaptive limit (messaging.sending.
-# gateway_limit): it grows while Evolution answers a probe (`GET /`) within GATEWAY_QUEUE_TARGET_MS of its
-# quickest answer and shrinks when calls queue there, so that an OTP's call never waits behind hundreds of
-# bulk ones. The lane worker's prefetch follows the limit, so what waits for a turn stays in the outbox where
-# the relay is fair between projects (chaos R10). 0 lets every thread send at once.
-GATEWAY_ADAPTIVE_LIMIT = envbool("GATEWAY_ADAPTIVE_LIMIT", True)
-GATEWAY_QUEUE_TARGET_MS = envint("GATEWAY_QUEUE_TARGET_MS", 3, minimum=1)
-GATEWAY_PROBE_INTERVAL_MS = envint("GATEWAY_PROBE_INTERVAL_MS", 100, minimum=10)
-GATEWAY_LIMIT_INITIAL = envint("GATEWAY_LIMIT_INITIAL", 4, minimum=1)
-GATEWAY_LIMIT_MAX = envint("GATEWAY_LIMIT_MAX", 1024, minimum=1)
 
 # The secret Evolution's webhook and our own forwards carry (X-Internal-Webhook-Secret), and the internal
 # pages' credential.

@@ -9,17 +9,11 @@ from celery import Task, shared_task
 
 from pilot_status.celery import SEND_TASK
 
-from . import gateway_limit, worker
+from . import worker
 
 
 @shared_task(name=SEND_TASK, acks_late=True, ignore_result=True, bind=True)
 def send_message(self: Task[Any, Any], message_id: str) -> str:
-    lane = str((self.request.delivery_info or {}).get("routing_key") or "")
-    # A background lane's turn among the sends in progress (gateway_limit), taken before the claim: a
-    # thread waiting for it holds no lease, no connection and no message, only its reserved task.
-    limit = gateway_limit.for_lane(lane)
-    if limit is not None and not limit.acquire(gateway_limit.TURN_MAX_WAIT_SECONDS):
-        raise back_to_queue(self)
     try:
         return worker.send_one(message_id)
     except worker.ClaimNotNow:
@@ -30,9 +24,6 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
         # this retry be lost; putting the outbox row back instead would need the very connection the pool
         # could not give.
         raise back_to_queue(self)
-    finally:
-        if limit is not None:
-            limit.release()
 
 
 def back_to_queue(task: Task[Any, Any]) -> Exception:
@@ -40,5 +31,5 @@ def back_to_queue(task: Task[Any, Any]) -> Exception:
     return task.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
 
 
-# How soon a task that could not claim now (or had no turn) is tried again (then up to twice that).
+# How soon a task that could not claim now is tried again (then up to twice that).
 RETRY_AFTER_SECONDS = 1.0

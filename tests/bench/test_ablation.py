@@ -290,11 +290,11 @@ def test_the_ablation_runs_each_variant_in_a_stack_of_its_own_and_writes_the_tab
 
 
 def test_a_trial_variant_sets_any_setting_and_is_measured_against_all_on() -> None:
-    chosen = select("gateway-limit,env:GATEWAY_QUEUE_TARGET_MS=20,env:A_B=1+C=two")
+    chosen = select("ack-batch,env:RELAY_LANE_DEPTH_OTP=32,env:A_B=1+C=two")
 
-    assert [v.key for v in chosen] == [REFERENCE, "gateway-limit", "env:GATEWAY_QUEUE_TARGET_MS=20", "env:A_B=1+C=two"]
-    assert chosen[2].env == {"GATEWAY_QUEUE_TARGET_MS": "20"}
-    assert chosen[2].device == "GATEWAY_QUEUE_TARGET_MS=20"
+    assert [v.key for v in chosen] == [REFERENCE, "ack-batch", "env:RELAY_LANE_DEPTH_OTP=32", "env:A_B=1+C=two"]
+    assert chosen[2].env == {"RELAY_LANE_DEPTH_OTP": "32"}
+    assert chosen[2].device == "RELAY_LANE_DEPTH_OTP=32"
     assert chosen[3].env == {"A_B": "1", "C": "two"}
     for bad in ("env:", "env:lower=1", "env:NAME=", "env:NAME"):
         with pytest.raises(SystemExit, match="not env:NAME=VALUE"):

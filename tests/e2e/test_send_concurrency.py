@@ -8,7 +8,6 @@ overlap: many more are in flight at once than the lane has processes, counted at
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,34 +66,6 @@ def lane_worker_env(stack, lane: str, **env: str) -> Iterator[None]:
         stack.restart(f"worker-{lane}")
 
 
-@contextmanager
-def most_tasks_started(node_prefix: str) -> Iterator[list[int]]:
-    """Samples, while the block runs, how many tasks the workers named `node_prefix…` have started and not
-    finished (Celery's `inspect active`: a task waiting for its gateway turn is one of them)."""
-    from pilot_status.celery import app
-
-    counts: list[int] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        with app.connection_for_read() as connection:  # its own: the sampler runs beside the test's thread
-            while not done.is_set():
-                try:
-                    active = app.control.inspect(timeout=0.5, connection=connection).active() or {}
-                except Exception:  # a slow broker reply on a loaded host: sample again
-                    connection.close()
-                    continue
-                counts.append(sum(len(tasks) for node, tasks in active.items() if node.startswith(node_prefix)))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        yield counts
-    finally:
-        done.set()
-        sampler.join(5)
-
-
 def test_a_slow_gateway_gets_many_more_sends_in_flight_than_the_lane_has_processes(
     stack, simulator, alice, alice_instance
 ):
@@ -146,39 +117,3 @@ def test_the_calls_in_flight_at_one_instance_are_bounded_by_its_pacing_not_by_th
     bound = 5 * 1.0 + settings.SEND_RATE_BURST
     assert counted["max_in_flight"] <= bound + 1, counted  # one for a call whose answer is still on its way back
     assert counted["max_in_flight"] > 2, counted  # and the calls still overlap
-
-
-def test_a_gateway_whose_own_cpu_is_the_bottleneck_gets_few_bulk_calls_queued_at_once(
-    stack, simulator, alice, alice_instance
-):
-    # Evolution serving one request at a time (30 ms each): the marketing lane's hundreds of threads would
-    # queue their calls there, and an OTP's call behind them (bench B3). The lane's adaptive limit
-    # (sending.gateway_limit) keeps the queue near its target instead: counted at the simulator, as the
-    # number of requests each one found waiting when it came.
-    alice_instance.send_rate_per_second = 1000  # pacing out of the way: only the gateway bounds the lane
-    alice_instance.save(update_fields=["send_rate_per_second"])
-    simulator.register(alice_instance, stack.webhook_url)
-    opt_ins.record(alice.project, RECIPIENT, "form")
-    simulator.set_global(service_ms=30)
-    try:
-        with lane_worker_env(stack, "marketing", GATEWAY_ADAPTIVE_LIMIT="1"):  # the default, made sure of
-            # Counted after a first 100: the limit starts at GATEWAY_LIMIT_INITIAL and follows the gateway it
-            # meets within about a second (a quarter less per 100 ms probe).
-            send_and_wait(stack, alice, count=100, category="MARKETING", typing="off")
-            simulator.reset()
-            simulator.register(alice_instance, stack.webhook_url)
-            with most_tasks_started("marketing@") as started:
-                send_and_wait(stack, alice, count=300, category="MARKETING", typing="off")
-    finally:
-        simulator.set_global(service_ms=0)
-    # The worker reserves no more tasks than its limit (its prefetch follows it): the rest wait in the
-    # outbox, where the relay is fair between projects, not in the worker's threads in arrival order
-    # (with the prefetch at its 384 threads, about all 300 were started at once, most waiting for a turn).
-    assert started and 0 < max(started) <= 40, started
-    stats = simulator.stats()
-    assert stats["send_text"]["total"] == 300
-    found_waiting = {int(k): v for k, v in stats["gateway_queue"]["on_arrival"].items()}
-    served = sum(found_waiting.values())
-    short = sum(v for k, v in found_waiting.items() if k <= 4)
-    # The target (10 ms) is a third of one request's service: most find at most a few ahead of them.
-    assert short >= 0.9 * served, found_waiting  # without the limit: 20-175 waiting for most

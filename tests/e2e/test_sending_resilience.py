@@ -148,10 +148,14 @@ def test_an_otp_is_sent_while_a_marketing_backlog_drains(stack, simulator, alice
     """An OTP never waits behind marketing (docs/architecture.md, principle 4). Here it shares alice-main with a backlog of
     150 marketing messages, so marketing rightly goes on at that number's pace while the OTP crosses
     the relay and its worker; waiting behind the backlog would show as the backlog's sends piling up
-    ahead of it at Evolution (an OTP 2 s late lets 40 through at 20/s). So: between the OTP's accept
+    ahead of it at Evolution (an OTP 2 s late lets 10 through at 5/s). So: between the OTP's accept
     (the product's stamp, as bench B3 measures) and the OTP itself, Evolution receives no more
     marketing sends than one burst of the number's pace (SEND_RATE_BURST). A count of sends in the
     order Evolution got them, not a wall-clock bound."""
+    # The number's pace, from its sending policy: 5/s. Marketing goes on at that pace while the OTP crosses the relay
+    # and its worker, so one burst (10) is 2 s of the OTP's own way through a loaded host, and the backlog lasts 30 s.
+    alice_instance.send_policy = {**alice_instance.send_policy, "rate_per_second": 5}
+    alice_instance.save(update_fields=["send_policy"])
     simulator.register(alice_instance, stack.webhook_url)
     simulator.register(official_instance, stack.webhook_url)
     simulator.faults(alice_instance.name, latency_ms=50)
