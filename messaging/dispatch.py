@@ -34,7 +34,7 @@ from pilot_status.celery import LANES, app
 from . import lifecycle
 from .lane_publisher import LanePublisher
 from .models import Message, OutboxEntry
-from .sending import human_pace, pacing
+from .sending import human_pace, pacing, policy
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ ORDER BY c.turn, p.pid
 # joined into the query above, the planner (misled by the recursive CTE's row estimate, or by stale
 # statistics right after a bulk insert) may read the whole message table on every pass.
 _CANDIDATE_MESSAGES = """
-SELECT m.id, m.instance_id, COALESCE((i.send_policy->>'rate_per_second')::float8, i.send_rate_per_second),
+SELECT m.id, m.instance_id, (i.send_policy->>'rate_per_second')::float8, i.send_rate_per_second,
        m.next_attempt_at > %(now)s, i.send_profile = 'unofficial', m.deliver_until
 FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
 WHERE m.id = ANY(%(ids)s)
@@ -117,7 +117,7 @@ class Candidate:
     pk: int
     message_id: str
     instance_id: int
-    rate: float | None
+    rate: float  # its number's sends per second (sending.policy.rate)
     project_id: int = 0
     turn: int = 1
     early: bool = False  # made due before its message's next_attempt_at (a reconnect)
@@ -226,9 +226,11 @@ def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[C
             return [], False
         cursor.execute(_CANDIDATE_MESSAGES, {"now": now, "ids": [mid for _, mid, _, _ in turns]})
         messages = {mid: row for mid, *row in cursor.fetchall()}
+    default = settings.SEND_RATE_PER_INSTANCE
     rows = [
-        Candidate(pk, str(mid), messages[mid][0], messages[mid][1], project_id=pid, turn=turn,
-                  early=messages[mid][2], human=messages[mid][3], deliver_until=messages[mid][4])
+        Candidate(pk, str(mid), messages[mid][0], policy.rate(messages[mid][1], messages[mid][2], default),
+                  project_id=pid, turn=turn, early=messages[mid][3], human=messages[mid][4],
+                  deliver_until=messages[mid][5])
         for pk, mid, pid, turn in turns
         if mid in messages
     ]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
 from .models import Instance, SendProfile
 from .sending import policy
 from .sending.policy import PolicyError as PolicyError
@@ -17,7 +15,7 @@ def values_of(instance: Instance) -> dict[str, float]:
     """The values in force: an official number's pace is SEND_RATE_PER_INSTANCE unless it has its own."""
     values = policy.values_for(instance.send_profile, instance.send_policy)
     if instance.send_profile == SendProfile.OFFICIAL:
-        values["rate_per_second"] = policy.official_rate(instance) or settings.SEND_RATE_PER_INSTANCE
+        values["rate_per_second"] = policy.official_rate(instance)
     return values
 
 

@@ -61,9 +61,10 @@ TYPING_OFF = {"TYPING_DELAY_MS_PER_CHAR": "0", "TYPING_DELAY_OTP_MS": "0", "TYPI
 def _pacing_caps(instances: int) -> float:
     from django.conf import settings
 
-    from messaging.sending import pacing
+    from messaging.sending import policy
 
-    return instances * pacing.rate_for(None) if settings.SEND_RATE_PER_INSTANCE else float("nan")
+    return instances * policy.rate(None, None, settings.SEND_RATE_PER_INSTANCE) if settings.SEND_RATE_PER_INSTANCE \
+        else float("nan")
 
 
 def _otp_typing_max_ms(typing: dict[str, str]) -> float:

@@ -1,6 +1,6 @@
 """Per-instance send pacing: a token bucket the relay draws from before releasing a message.
 
-The rate cap (`SEND_RATE_PER_INSTANCE`, or the instance's own `send_rate_per_second`) bounds how
+The rate cap (the number's rate, decided by its sending policy: messaging.sending.policy.rate) bounds how
 fast one WhatsApp number is asked to send, so the backlog that piles up during an outage or a
 disconnect drains at that pace instead of as a thundering herd (docs/architecture.md, principle 5).
 
@@ -55,11 +55,6 @@ return granted
 """
 
 
-def rate_for(instance_rate: float | None) -> float:
-    rate = instance_rate if instance_rate else settings.SEND_RATE_PER_INSTANCE
-    return max(rate, 0.01)
-
-
 def burst_for(rate: float) -> int:
     # A slow instance must not get a burst bigger than a few seconds of its own pace.
     return max(1, min(settings.SEND_RATE_BURST, math.ceil(rate * 2)))
@@ -98,18 +93,18 @@ def _in_redis(source: str, keys: list[str], args: list[float]) -> Any:
         return None
 
 
-def take(instance_id: int, want: int, instance_rate: float | None = None, priority: bool = False) -> int:
-    """How many of `want` sends through this instance may be released now (0..want)."""
-    return take_many({instance_id: (want, instance_rate)}, priority)[instance_id]
+def take(instance_id: int, want: int, rate: float, priority: bool = False) -> int:
+    """How many of `want` sends through this instance may be released now (0..want), at `rate` per second."""
+    return take_many({instance_id: (want, rate)}, priority)[instance_id]
 
 
-def take_many(wants: dict[int, tuple[int, float | None]], priority: bool = False) -> dict[int, int]:
-    """`take` for several instances in one Redis round trip: {instance: (want, own rate)} → granted.
+def take_many(wants: dict[int, tuple[int, float]], priority: bool = False) -> dict[int, int]:
+    """`take` for several instances in one Redis round trip: {instance: (want, rate)} → granted.
 
     With `priority` (the OTP lane) a take may borrow up to one burst from the instance's future: an OTP
     sharing a number with a marketing backlog does not wait for the tokens that backlog drew first, and
     the number's pace still holds beyond one extra burst (the bulk lanes take nothing until it is repaid)."""
-    asked = {iid: (want, rate_for(rate)) for iid, (want, rate) in wants.items() if want > 0}
+    asked = {iid: (want, rate) for iid, (want, rate) in wants.items() if want > 0}
     granted = {iid: 0 for iid in wants}
     if not asked:
         return granted
@@ -172,15 +167,14 @@ local_slots = _LocalSlots()
 local_pairs = _LocalSlots()  # keyed by (instance, recipient); bounded by the recipients a process sent to
 
 
-def send_slot(instance_id: int, instance_rate: float | None = None, max_wait: float = SLOT_MAX_WAIT_SECONDS,
+def send_slot(instance_id: int, rate: float, max_wait: float = SLOT_MAX_WAIT_SECONDS,
               priority: bool = False) -> float:
-    """Reserve this instance's next send slot: seconds to wait before calling Evolution (0: now).
+    """Reserve this instance's next send slot at `rate` per second: seconds to wait before calling Evolution (0: now).
 
     A negative answer reserves nothing: the slot is that many seconds away, more than `max_wait`.
     With `priority` (an OTP) the call may go up to one burst of intervals ahead of the slots the
     others reserved, which its call moves one interval later: the relay's bucket borrows the same way.
     """
-    rate = rate_for(instance_rate)
     interval = 1.0 / rate
     tolerance = (burst_for(rate) - 1) * interval
     borrow = burst_for(rate) * interval if priority else 0.0

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
+
 from ..choices import HealthState, SendProfile, WaitingReason
 
 HOUR_S = 3600.0
@@ -79,11 +81,22 @@ def values_for(profile: str, overrides: dict[str, Any] | None) -> dict[str, floa
     return values
 
 
-def official_rate(instance: Any) -> float | None:
-    """An official number's own pace, if it has one (its policy's `rate_per_second`, else its
-    `send_rate_per_second`); None: SEND_RATE_PER_INSTANCE (messaging.sending.pacing)."""
-    own = (instance.send_policy or {}).get("rate_per_second")
-    return float(own) if own else instance.send_rate_per_second
+# The slowest pace a number is given: a rate of 0 would never send again.
+MIN_RATE = 0.01
+
+
+def rate(own: float | None, column: float | None, default: float) -> float:
+    """An official number's sends per second: its policy's `rate_per_second` override (`own`), else its
+    `send_rate_per_second` (`column`), else `default` (SEND_RATE_PER_INSTANCE). The one place a number's rate is
+    decided: the relay's bucket (messaging.dispatch) and the worker's send slot (sending.pacing) both pace at it."""
+    chosen = own or column or default
+    return max(float(chosen), MIN_RATE)
+
+
+def official_rate(instance: Any) -> float:
+    """`rate` for an Instance."""
+    return rate((instance.send_policy or {}).get("rate_per_second"), instance.send_rate_per_second,
+                settings.SEND_RATE_PER_INSTANCE)
 
 
 def check_overrides(profile: str, overrides: Any) -> dict[str, float]:

@@ -106,6 +106,16 @@ def test_an_instance_pace_can_be_set_per_instance(empty_lanes, fast_instances, a
     assert dispatch.release_all_due().released == 2
 
 
+def test_the_relay_paces_a_number_at_the_rate_its_policy_decides(empty_lanes, fast_instances, alice):
+    # sendPolicy's rate_per_second wins over the older send_rate_per_second column (sending.policy.rate)
+    number = add_instance(alice.project, "alice-main")
+    number.send_policy = {**number.send_policy, "rate_per_second": 1.0}
+    number.send_rate_per_second = 50.0
+    number.save()
+    queue(alice, "UTILITY", 10)
+    assert dispatch.release_all_due().released == 2  # its burst: two seconds of one send a second
+
+
 def test_a_row_released_early_becomes_claimable_at_once(empty_lanes, fast_instances, alice):
     from messaging.sending import worker
 

@@ -150,3 +150,19 @@ def test_a_bad_override_names_its_field(profile, overrides, field):
     with pytest.raises(policy.PolicyError) as caught:
         policy.check_overrides(profile, overrides)
     assert caught.value.field == field
+
+
+def test_an_official_numbers_rate_is_its_override_else_its_own_column_else_the_default():
+    assert policy.rate(40.0, 5.0, 80.0) == 40.0  # sendPolicy's rate_per_second
+    assert policy.rate(None, 5.0, 80.0) == 5.0  # the instance's send_rate_per_second
+    assert policy.rate(None, None, 80.0) == 80.0  # SEND_RATE_PER_INSTANCE
+    assert policy.rate(None, 0.0, 0.0) == policy.MIN_RATE  # never a number that may not send again
+
+
+def test_the_rate_in_force_is_the_one_the_instance_shows(settings):
+    from types import SimpleNamespace
+
+    settings.SEND_RATE_PER_INSTANCE = 12.0
+    plain = SimpleNamespace(send_policy={}, send_rate_per_second=None)
+    assert policy.official_rate(plain) == 12.0
+    assert policy.official_rate(SimpleNamespace(send_policy={"rate_per_second": 3.0}, send_rate_per_second=7.0)) == 3.0
