@@ -38,6 +38,12 @@ FLOORS = {"B1": "≥ 0.7× with p99 ≤ 1.5× the bare insert's", "B3": "≤ 1.5
 MISSING = {"median": math.nan, "min": math.nan, "max": math.nan, "runs": []}  # a figure an older run did not record
 FLOOR_FIGURES = {"B1": ("b1_ratio", "b1_p99_ratio"), "B3": ("b3_ratio",), "B5": ("b5_ratio",)}
 COST = 0.05  # a device that costs more than this share of a figure when off earns its place
+# Switches the kept tables (bench/results/) name that the product no longer reads: each device bought more than
+# issue 46's 15 % there and became the only path, its switch and the plain path deleted (bench/findings.md, "One
+# path per job"). Switch → the device it turned off.
+REMOVED = {
+    "SEND_PLAIN_VALIDATOR": "second validator",
+}
 
 
 def _dig(slot: dict[str, Any], path: tuple[str, ...]) -> float:
@@ -202,3 +208,14 @@ def render(results: dict[str, Any]) -> list[str]:
             judged += "; incomplete run(s)"
         lines.append(f"| {info['device']} | {switch} | " + " | ".join(cells) + f" | {with_otps} | {judged} |")
     return lines
+
+
+def removed_note(switches: list[str]) -> list[str]:
+    """The lines under the device tables that say which of the switches they name are gone, the device kept."""
+    gone = [name for name in dict.fromkeys(switches) if name in REMOVED]
+    if not gone:
+        return []
+    named = ", ".join(f"`{name}` ({REMOVED[name]})" for name in gone)
+    return [f"Removed after these runs: {named}. Each of these devices bought more than 15 % of its figure above "
+            "(issue 46's rule), so it stays as the product's only path: its switch was deleted with the plain "
+            "path it chose, and its rows here are the record (bench/findings.md, \"One path per job\").", ""]

@@ -39,7 +39,6 @@ class Device:
 
 DEVICES = (
     Device("remembered-routing", "remembered routing guards", "ACCEPT_REMEMBER_ROUTING", False),
-    Device("plain-validator", "second validator", "SEND_PLAIN_VALIDATOR", False),
 )
 
 

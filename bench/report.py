@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from .ablation_table import removed_note
 from .ablation_table import render as render_ablation
 from .paired import render as render_paired
 from .report_format import _anchor, num, per_unit_table, shares_text, spread, status
@@ -425,7 +426,9 @@ def _ablation(results: dict[str, Any]) -> list[str]:
     out = ["### Ablation", "", *render_ablation(results["ablation"]), ""] if "ablation" in results else []
     if "paired" in results:
         out += ["### The accept path's devices, paired in one process", "", render_paired(results["paired"]).rstrip(), ""]
-    return out
+    switches = [name for info in results.get("ablation", {}).get("variants", {}).values() for name in info["env"]]
+    switches += [d["setting"].partition("=")[0] for d in results.get("paired", {}).get("devices", [])]
+    return out + removed_note(switches)
 
 
 # --- the page -------------------------------------------------------------------------------------

@@ -388,10 +388,6 @@ if OPS_STATUS_TOKEN and not DEBUG:
 METRICS_TOKEN = envstr("METRICS_TOKEN", "")
 METRICS_SCRAPE_TIMEOUT_SECONDS = envfloat("METRICS_SCRAPE_TIMEOUT_SECONDS", 1.0, above=0, at_most=10)
 
-# The send body is read by a plain validator first (messaging.api.serializers.plain_send_request: the
-# usual body without DRF's field machinery, the same answer) and by SendMessageSerializer when it
-# declines; 0 leaves every body to the serializer alone (issue 25's ablation switch).
-SEND_PLAIN_VALIDATOR = envbool("SEND_PLAIN_VALIDATOR", True)
 # Client API rate limit per key (docs/api.md).
 RATE_LIMIT_PER_SECOND = envfloat("RATE_LIMIT_PER_SECOND", 50.0, above=0)
 RATE_LIMIT_BURST = envint("RATE_LIMIT_BURST", 100, minimum=1)

@@ -272,9 +272,8 @@ class SendMessageSerializer(StrictSerializer):
 # share of an accepted send's CPU after the database and Redis (bench B1). `plain_send_request`
 # checks the usual body directly and gives up (None) on anything it is not sure DRF would
 # accept with the very same values: then SendMessageSerializer decides, so every error body and
-# every unusual input (deliverUntil, a broken bound, …) is exactly DRF's answer.
-# SEND_PLAIN_VALIDATOR=0 leaves every body to the serializer (issue 25's ablation; what it saves:
-# bench/findings.md, "The second validator").
+# every unusual input (deliverUntil, a broken bound, …) is exactly DRF's answer. What it saves:
+# bench/findings.md, "The second validator".
 
 _SEND_FIELDS = frozenset(SendMessageSerializer._declared_fields)
 _CATEGORIES = frozenset(Category.values)
@@ -368,12 +367,10 @@ def plain_send_request(data: Any) -> SendRequest | None:
 
 
 def send_request(data: Any) -> SendRequest:
-    """The validated send request; raises DRF's ValidationError exactly as the serializer does.
-    SEND_PLAIN_VALIDATOR=0 leaves every body to the serializer."""
-    if settings.SEND_PLAIN_VALIDATOR:
-        plain = plain_send_request(data)
-        if plain is not None:
-            return plain
+    """The validated send request; raises DRF's ValidationError exactly as the serializer does."""
+    plain = plain_send_request(data)
+    if plain is not None:
+        return plain
     serializer = SendMessageSerializer(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.to_request()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench import report
+from bench import ablation_table, report
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = Path(__file__).with_name("recorded") / "results-31e23a4.json"
@@ -132,6 +132,29 @@ def test_the_paired_table_follows_the_ablation_with_its_own_commit(results: dict
     section = text.split("### The accept path's devices, paired in one process", 1)[1]
     assert section.lstrip().startswith("Commit `abc1234`, 2026-12-02 10:00 UTC")
     assert "| second validator | `SEND_PLAIN_VALIDATOR=0` | 2.200 → 2.500 ms per accept | 1.150× (1.150–1.150) | +15.0 %" in section
+
+
+def test_under_the_device_tables_the_page_names_the_switches_removed_since_with_the_device_kept(
+        results: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # given: a paired run that measured two switches, one of which the product no longer has
+    monkeypatch.setattr(ablation_table, "REMOVED", {"SEND_PLAIN_VALIDATOR": "second validator"})
+    device = {"unit": "accept", "on": [{"python": 1.7, "postgres": 0.5}] * 8, "off": [{"python": 2.0, "postgres": 0.5}] * 8,
+              "ratios": [1.15] * 8, "median_ratio": 1.15, "verdict": "earns its place"}
+    results["paired"] = {"machine": {"commit": "abc1234"}, "rounds": 8, "accepts_per_block": 1000, "devices": [
+        {**device, "device": "second validator", "setting": "SEND_PLAIN_VALIDATOR=0"},
+        {**device, "device": "remembered routing guards", "setting": "ACCEPT_REMEMBER_ROUTING=0"}]}
+
+    # when
+    section = report.render(results).split("### The accept path's devices, paired in one process", 1)[1]
+
+    # then: both rows as measured, and under them the note naming only the removed switch
+    assert "| second validator | `SEND_PLAIN_VALIDATOR=0` |" in section
+    note = next(line for line in section.splitlines() if line.startswith("Removed after these runs:"))
+    assert note.startswith("Removed after these runs: `SEND_PLAIN_VALIDATOR` (second validator). ")
+    assert "ACCEPT_REMEMBER_ROUTING" not in note and "only path" in note
+    # and a page whose tables name no removed switch says nothing of it
+    monkeypatch.setattr(ablation_table, "REMOVED", {})
+    assert "Removed after these runs" not in report.render(results)
 
 
 def test_without_an_ablation_in_the_json_there_is_no_ablation_section(results: dict[str, Any]) -> None:

@@ -2,8 +2,8 @@
 
 `plain_send_request` handles the common body without DRF's field machinery and declines anything
 it is not sure about, so that SendMessageSerializer still gives every error (and every unusual
-value) exactly as before. The oracle here is the serializer itself. SEND_PLAIN_VALIDATOR=0 leaves
-every body to the serializer: the tests that post a body run with the plain validator on and off.
+value) exactly as before. The oracle here is the serializer itself: the tests that post a body run
+with the plain validator and with the serializer alone (plain_send_request declining everything).
 """
 
 from __future__ import annotations
@@ -165,15 +165,23 @@ def opted_in(alice):
     opt_ins.record(alice.project, TO, "checkout")
 
 
+def serializer_alone(monkeypatch: pytest.MonkeyPatch, alone: bool = True) -> None:
+    """The plain validator declines every body (alone) or is the product's own again: the serializer's answer
+    is the oracle it must match."""
+    if alone:
+        monkeypatch.setattr(serializers_module, "plain_send_request", lambda data: None)
+    else:
+        monkeypatch.setattr(serializers_module, "plain_send_request", plain_send_request)
+
+
 @pytest.fixture(params=[True, False], ids=["plain-validator-on", "serializer-alone"])
-def validator(request, settings):
-    """SEND_PLAIN_VALIDATOR as the test runs it: both ways must give the very same answers."""
-    settings.SEND_PLAIN_VALIDATOR = request.param
+def validator(request, monkeypatch):
+    """The plain validator as the test runs it: both ways must give the very same answers."""
+    serializer_alone(monkeypatch, alone=not request.param)
     return request.param
 
 
-def test_a_usual_send_is_accepted_without_the_serializer(alice, alice_instance, opted_in, monkeypatch, settings):
-    settings.SEND_PLAIN_VALIDATOR = True
+def test_a_usual_send_is_accepted_without_the_serializer(alice, alice_instance, opted_in, monkeypatch):
     def refuse(*args: Any, **kwargs: Any) -> bool:
         raise AssertionError("SendMessageSerializer used for a plain body")
 
@@ -209,40 +217,17 @@ def test_a_refused_body_answers_the_serializers_errors(alice, alice_instance, op
     assert Message.objects.count() == 0
 
 
-def test_with_the_switch_off_the_serializer_reads_every_body(alice, alice_instance, opted_in, monkeypatch, settings):
-    settings.SEND_PLAIN_VALIDATOR = False
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("plain_send_request used with SEND_PLAIN_VALIDATOR=0")
-
-    monkeypatch.setattr(serializers_module, "plain_send_request", refuse)
-    validated = []
-    real_is_valid = SendMessageSerializer.is_valid
-
-    def spy(self: SendMessageSerializer, *args: Any, **kwargs: Any) -> bool:
-        validated.append(self.initial_data)
-        return bool(real_is_valid(self, *args, **kwargs))
-
-    monkeypatch.setattr(SendMessageSerializer, "is_valid", spy)
-    response = alice.client().post(URL, body(metadata={"order": 7}), format="json")
-
-    assert response.status_code == 202, response.content
-    assert validated == [body(metadata={"order": 7})]
-    message = Message.objects.get(pk=response.json()["id"])
-    assert (message.to, message.text, message.metadata, message.priority) == (TO, "Hello Ana", {"order": 7}, "normal")
-
-
 # What an accepted send stores from its body (the rest is the funnel's or the clock's).
 STORED = ("to", "category", "template", "variables", "text", "metadata", "priority", "typing", "instance_id",
           "requested_instance", "status")
 
 
 @pytest.mark.parametrize("data", PLAIN)
-def test_a_usual_body_is_answered_and_stored_alike_with_the_switch_on_and_off(alice, alice_instance, opted_in,
-                                                                              settings, data):
+def test_a_usual_body_is_answered_and_stored_alike_by_the_plain_validator_and_the_serializer_alone(
+        alice, alice_instance, opted_in, monkeypatch, data):
     outcomes = []
     for plain_validator in (True, False):
-        settings.SEND_PLAIN_VALIDATOR = plain_validator
+        serializer_alone(monkeypatch, alone=not plain_validator)
         response = alice.client().post(URL, json.dumps(data), content_type="application/json")
         answer = response.json()
         stored = None

@@ -28,7 +28,7 @@ def start_up(**overrides: str) -> subprocess.CompletedProcess[str]:
     ("SEND_MAX_ATTEMPTS", "ten", "SEND_MAX_ATTEMPTS must be an integer"),
     ("CONSUMER_ACK_BATCH", "0", "CONSUMER_ACK_BATCH must be >= 1"),
     ("CONSUMER_ACK_BATCH", "101", "CONSUMER_ACK_BATCH must be at most 100 (the consumer's prefetch)"),
-    ("SEND_PLAIN_VALIDATOR", "maybe", "SEND_PLAIN_VALIDATOR must be a boolean"),
+    ("EVOLUTION_RABBITMQ_PER_INSTANCE", "maybe", "EVOLUTION_RABBITMQ_PER_INSTANCE must be a boolean"),
     ("METRICS_FLUSH_SECONDS", "-1", "METRICS_FLUSH_SECONDS must be >= 0"),
 ])
 def test_a_malformed_number_stops_start_up_and_names_the_setting(name, value, says):
