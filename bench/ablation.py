@@ -53,7 +53,6 @@ VARIANTS = (
     Variant(REFERENCE, "all on (today)", {}),
     Variant("one-statement", "one-statement accept", {"ACCEPT_ONE_STATEMENT": "0"}),
     Variant("remembered-routing", "remembered routing guards", {"ACCEPT_REMEMBER_ROUTING": "0"}),
-    Variant("prepared", "prepared statements", {"DATABASE_PREPARED_STATEMENTS": "0"}),
     Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),  # the launcher's nice
     Variant("slices", "systemd slices (nice kept)", {"LAUNCH_SLICES": "0"}),
     Variant("metrics-carry", "metrics carry", {"METRICS_FLUSH_SECONDS": "0"}),

@@ -5,7 +5,6 @@ share of its CPU per accepted message (bench/findings.md, "Prepared statements")
 more per message use this (accepting, claiming, a send's result, a receipt); the rest of the
 project keeps Django's defaults (client-side binding, no prepared statements). Needs
 `prepare_threshold` in the database OPTIONS so that a cursor may ask (settings.DATABASES).
-DATABASE_PREPARED_STATEMENTS=0 switches it off: prepared_cursor() is then connection.cursor().
 
 Why this module and not Django's own switch (issue 25): Django exposes psycopg's preparation only
 as OPTIONS "server_side_binding": True plus "prepare_threshold", which moves every query of every
@@ -21,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 
@@ -65,11 +63,8 @@ def prepared_cursor() -> Any:
     """A Django cursor (health check, error wrapping, query logging) over a _PreparedCursor.
 
     Use it in a `with` block and read its rows inside: leaving the block hands the kept cursor
-    back (a cursor opened meanwhile, nested, is a new one). DATABASE_PREPARED_STATEMENTS=0: Django's
-    own connection.cursor()."""
+    back (a cursor opened meanwhile, nested, is a new one)."""
     db: Any = connections[DEFAULT_DB_ALIAS]  # make_cursor() is typed for a CursorWrapper in django-stubs
-    if not settings.DATABASE_PREPARED_STATEMENTS:
-        return db.cursor()
     db.close_if_health_check_failed()
     db.ensure_connection()
     db.validate_thread_sharing()

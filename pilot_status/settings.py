@@ -134,12 +134,8 @@ DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", envint("DATABASE_CONNECT_TIMEOUT", 3))
 # Prepared statements for the few statements that run once or more per message (messaging.prepared:
 # accepting, claiming, a send's result, a receipt): server-side binding, prepared on first use on each
-# connection. Django's own cursors bind parameters client-side and are never prepared. 0 = the plain
-# Django way: those statements too go through connection.cursor() (client-side binding, no
-# preparation), and psycopg's prepare_threshold stays Django's None.
-DATABASE_PREPARED_STATEMENTS = envbool("DATABASE_PREPARED_STATEMENTS", True)
-if DATABASE_PREPARED_STATEMENTS:
-    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)  # lets a cursor ask (Django: None)
+# connection. Django's own cursors bind parameters client-side and are never prepared.
+DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)  # lets a cursor ask (Django: None)
 # Optional: give up on a lock after this many ms instead of queueing behind it (0 = wait). Every
 # background step here retries, so failing fast beats piling up behind a long DDL or TRUNCATE.
 _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)

@@ -45,12 +45,11 @@ def fast_instances(settings):
 ACCEPT_MODES: dict[str, dict[str, bool]] = {
     "one-statement": {},  # the defaults
     "no-memory": {"ACCEPT_REMEMBER_ROUTING": False},
-    "unprepared": {"DATABASE_PREPARED_STATEMENTS": False},
     "orm": {"ACCEPT_ONE_STATEMENT": False},
-    "plain": {"ACCEPT_ONE_STATEMENT": False, "ACCEPT_REMEMBER_ROUTING": False, "DATABASE_PREPARED_STATEMENTS": False},
+    "plain": {"ACCEPT_ONE_STATEMENT": False, "ACCEPT_REMEMBER_ROUTING": False},
 }
 # The modes in which a process judges on remembered candidates: a usual accept is one statement.
-REMEMBERING = ["one-statement", "unprepared"]
+REMEMBERING = ["one-statement"]
 
 
 @pytest.fixture(params=list(ACCEPT_MODES))

@@ -43,14 +43,3 @@ def test_a_new_connection_gets_a_new_cursor(transactional_db):
     row, after = one("SELECT %s::int", [2])
     assert row == (2,) and after is not before
 
-
-def test_switched_off_it_is_django_s_own_cursor_and_nothing_is_prepared(transactional_db, settings):
-    """DATABASE_PREPARED_STATEMENTS=0: the hot paths' statements go through connection.cursor()."""
-    settings.DATABASE_PREPARED_STATEMENTS = False
-    connection.close()  # a fresh session: nothing prepared on it yet
-    for _ in range(3):
-        row, raw = one("SELECT %s::int + 1", [1])
-        assert row == (2,) and type(raw) is type(connection.cursor().cursor)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
-        assert cursor.fetchone() == (0,)
