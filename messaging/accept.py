@@ -104,7 +104,7 @@ def accept_message(
     or refuses another body with 409), Rejected when a funnel check refuses.
     """
     asked = _Accepting(project, api_key, environment, req, idempotency_key, request_hash, timezone.now())
-    remembering = settings.ACCEPT_REMEMBER_ROUTING and settings.ACCEPT_ONE_STATEMENT  # the guard needs the one statement
+    remembering = settings.ACCEPT_REMEMBER_ROUTING
     seen = remembered.candidates_seen(project, req) if remembering else None
     if seen is not None:
         body = _accept_on_seen(asked, seen)

@@ -3,8 +3,7 @@
 An accept is the API's hot path (bench B1), so its rows (the message, its first timeline line, its outbox
 entry and the Idempotency-Key's answer) are one statement of data-modifying CTEs composed from the INSERTs
 Django's insert compiler writes for save() (a single statement is atomic by itself, so no BEGIN/COMMIT
-either). ACCEPT_ONE_STATEMENT=0 writes the same rows the plain way instead: save() inside
-transaction.atomic(). Which rows a move writes is messaging.lifecycle's; this module only writes them.
+either); tests/messaging/test_accept_rows.py holds it to what save() stores and signals. Which rows a move writes is messaging.lifecycle's; this module only writes them.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Model, sql
 from django.db.models.constants import OnConflict
 from django.db.models.fields import AutoFieldMixin
@@ -46,7 +44,7 @@ def notify_relay(lane: str) -> None:
         cursor.execute("SELECT pg_notify(%s, %s)", [OUTBOX_CHANNEL, lane])
 
 
-# ---- new rows in one statement, from Django's insert compiler (ACCEPT_ONE_STATEMENT) ---------
+# ---- new rows in one statement, from Django's insert compiler ------------------------------
 
 # The idempotent answer's claim: an answer older than the cutoff is replaced in place.
 _CLAIM_CONFLICT = {
@@ -90,12 +88,7 @@ def insert_rows(
     a racing request, whose commit this waits for), nothing is written and this returns False.
     An expired answer for the key is replaced in place (the reconciler purges the rest).
     With a guard (an SQL condition and its parameters), nothing is written unless it holds.
-    ACCEPT_ONE_STATEMENT=0: the same rows through the ORM (_insert_through_orm), without a guard.
     """
-    if not settings.ACCEPT_ONE_STATEMENT:
-        if guard is not None:
-            raise ValueError("a guarded write needs ACCEPT_ONE_STATEMENT")
-        return _insert_through_orm(rows, claim, cutoff)
     ctes: list[str] = []
     params: list[Any] = []
     source = None
@@ -132,29 +125,3 @@ def saved(rows: list[Model], claim: IdempotencyRecord | None) -> None:
         post_save.send(sender=type(obj), instance=obj, created=True, update_fields=None, raw=False,
                        using=DEFAULT_DB_ALIAS)
 
-
-class _KeyHeld(Exception):
-    """The Idempotency-Key has a live answer: the ORM write rolls back."""
-
-
-def _insert_through_orm(rows: list[Model], claim: IdempotencyRecord | None, cutoff: datetime) -> bool:
-    """The plain Django way (ACCEPT_ONE_STATEMENT=0): the same rows by save() in one transaction.
-
-    An expired answer for the key is deleted first; inserting the claim then waits for a racing
-    request's commit like the one statement does, and its unique key refuses a live answer."""
-    try:
-        with transaction.atomic():
-            if claim is not None:
-                IdempotencyRecord.objects.filter(
-                    project_id=claim.project_id, environment=claim.environment, key=claim.key, created_at__lt=cutoff
-                ).delete()
-                try:
-                    claim.save(force_insert=True)
-                except IntegrityError as held:
-                    raise _KeyHeld from held
-            for obj in rows:
-                obj.save(force_insert=True)
-            notify_relay(next(obj.lane for obj in rows if isinstance(obj, OutboxEntry)))
-    except _KeyHeld:
-        return False
-    return True

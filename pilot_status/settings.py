@@ -158,12 +158,9 @@ if DATABASE_POOL_MAX_SIZE:
     }
 # The database the test suite creates and empties (each pytest-xdist worker appends its own suffix).
 DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "test_pilot_status")}
-# The accept path's devices (messaging.accept, issue 25's ablation switches). ACCEPT_ONE_STATEMENT:
-# the write is one statement of data-modifying CTEs built from Django's insert compiler (0: the ORM's
-# save() of each row inside transaction.atomic(), Django's own post_save). ACCEPT_REMEMBER_ROUTING: a
-# process judges on the candidate instances it last read and the one statement re-checks them
-# (messaging.remembered; 0, or without the one statement: every accept reads its facts first).
-ACCEPT_ONE_STATEMENT = envbool("ACCEPT_ONE_STATEMENT", True)
+# The accept path's remembered routing (messaging.accept, issue 25's ablation switch): a process judges on
+# the candidate instances it last read and the accept's one statement (messaging.inserts) re-checks them
+# (messaging.remembered; 0: every accept reads its facts first).
 ACCEPT_REMEMBER_ROUTING = envbool("ACCEPT_REMEMBER_ROUTING", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

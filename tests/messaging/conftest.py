@@ -45,8 +45,6 @@ def fast_instances(settings):
 ACCEPT_MODES: dict[str, dict[str, bool]] = {
     "one-statement": {},  # the defaults
     "no-memory": {"ACCEPT_REMEMBER_ROUTING": False},
-    "orm": {"ACCEPT_ONE_STATEMENT": False},
-    "plain": {"ACCEPT_ONE_STATEMENT": False, "ACCEPT_REMEMBER_ROUTING": False},
 }
 # The modes in which a process judges on remembered candidates: a usual accept is one statement.
 REMEMBERING = ["one-statement"]
