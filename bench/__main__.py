@@ -99,6 +99,11 @@ def kept_results(ablation: str | None, paired: str | None) -> tuple[Path, str | 
 
 
 def paired_main(args: argparse.Namespace) -> int:
+    from . import paired
+
+    if not paired.DEVICES:
+        raise SystemExit("--paired: no device has a switch to measure (bench/paired.py DEVICES); the last paired "
+                         "run is kept in bench/results/paired.json")
     from .world import bench_database_url, build_world, ensure_database, migrate
 
     # As the bench stack's web (bench.launcher): the key's rate limit is not what is measured.
@@ -107,7 +112,7 @@ def paired_main(args: argparse.Namespace) -> int:
     ensure_database(database_url)
     setup_django(database_url)
     migrate()
-    from . import machine, paired
+    from . import machine
 
     sizes = dict(item.partition("=")[::2] for item in args.set)
     count = int(sizes.pop("accepts", 1000 if not args.smoke else 20))

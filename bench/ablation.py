@@ -51,7 +51,6 @@ class Variant:
 # /work/ablation-switches.md: one switch per device, "off" = the plain Django/DRF/Celery way.
 VARIANTS = (
     Variant(REFERENCE, "all on (today)", {}),
-    Variant("remembered-routing", "remembered routing guards", {"ACCEPT_REMEMBER_ROUTING": "0"}),
     Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),  # the launcher's nice
     Variant("slices", "systemd slices (nice kept)", {"LAUNCH_SLICES": "0"}),
     Variant("metrics-carry", "metrics carry", {"METRICS_FLUSH_SECONDS": "0"}),

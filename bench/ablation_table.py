@@ -42,6 +42,7 @@ COST = 0.05  # a device that costs more than this share of a figure when off ear
 # issue 46's 15 % there and became the only path, its switch and the plain path deleted (bench/findings.md, "One
 # path per job"). Switch → the device it turned off.
 REMOVED = {
+    "ACCEPT_REMEMBER_ROUTING": "remembered routing guards",
     "ACCEPT_ONE_STATEMENT": "one-statement accept",
     "DATABASE_PREPARED_STATEMENTS": "prepared statements",
     "SEND_PLAIN_VALIDATOR": "second validator",

@@ -37,9 +37,10 @@ class Device:
     off: Any
 
 
-DEVICES = (
-    Device("remembered-routing", "remembered routing guards", "ACCEPT_REMEMBER_ROUTING", False),
-)
+# The devices still behind a switch that only the accept's process runs. None today: the two measured here (the
+# remembered routing and the second validator) earned their place and lost their switches (bench/findings.md, "One
+# path per job"); their table stays in docs/benchmarks.md from bench/results/paired.json, rendered by render().
+DEVICES: tuple[Device, ...] = ()
 
 
 def backend_cpu_ns(pid: int) -> int:

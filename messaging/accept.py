@@ -104,15 +104,13 @@ def accept_message(
     or refuses another body with 409), Rejected when a funnel check refuses.
     """
     asked = _Accepting(project, api_key, environment, req, idempotency_key, request_hash, timezone.now())
-    remembering = settings.ACCEPT_REMEMBER_ROUTING
-    seen = remembered.candidates_seen(project, req) if remembering else None
+    seen = remembered.candidates_seen(project, req)
     if seen is not None:
         body = _accept_on_seen(asked, seen)
         if body is not None:
             return body
     facts = read_facts(project, environment, req, idempotency_key, asked.now, api_key)
-    if remembering:
-        remembered.remember(project, environment, req, facts)
+    remembered.remember(project, environment, req, facts)
     if not facts.key_active:  # revoked since this process cached it: the key answers first (docs/api.md)
         raise revoked_key()
     if facts.answer is not None:

@@ -10,7 +10,6 @@ name). When the guard fails (a fact changed, or the bet on the opt-in was wrong)
 written and the request takes the read-then-write path, which decides on fresh facts and
 remembers them. Any refusal is decided there too. tests/messaging/test_accept_fast_path.py
 changes each fact behind a remembered choice and holds every answer to the one fresh facts give.
-ACCEPT_REMEMBER_ROUTING=0 switches it off: messaging.accept neither asks nor tells this module, and every accept reads its facts first.
 """
 
 from __future__ import annotations

@@ -158,10 +158,6 @@ if DATABASE_POOL_MAX_SIZE:
     }
 # The database the test suite creates and empties (each pytest-xdist worker appends its own suffix).
 DATABASES["default"]["TEST"] = {"NAME": envstr("TEST_DATABASE_NAME", "test_pilot_status")}
-# The accept path's remembered routing (messaging.accept, issue 25's ablation switch): a process judges on
-# the candidate instances it last read and the accept's one statement (messaging.inserts) re-checks them
-# (messaging.remembered; 0: every accept reads its facts first).
-ACCEPT_REMEMBER_ROUTING = envbool("ACCEPT_REMEMBER_ROUTING", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: the cache, the rate limiters' buckets, the circuits, heartbeats and counters; never the truth.

@@ -1,16 +1,10 @@
-"""The paired in-process measurement (bench/paired.py): its rule, its table, and a real `--paired --smoke` run."""
+"""The paired in-process measurement (bench/paired.py): its rule and its table (docs/benchmarks.md renders the kept run)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from bench.launcher import ROOT
+from bench.__main__ import main
 from bench.paired import DEVICES, render, verdict
 
 
@@ -34,22 +28,7 @@ def test_the_table_gives_each_device_its_cpu_on_and_off_and_its_ratios() -> None
                    "| +20.0 % (+10.0 to +30.0) of B1's CPU per accept | **earns its place** |")
 
 
-@pytest.mark.harness
-@pytest.mark.stack
-@pytest.mark.timeout(300)
-def test_a_smoke_run_measures_every_device_on_and_off_against_a_bench_database_of_its_own(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    env["BENCH_DATABASE_NAME"] = f"{env.get('TEST_DATABASE_NAME', 'test_pilot_status')}_bench_paired_smoke"
-    out, raw = tmp_path / "paired.md", tmp_path / "paired.json"
-
-    done = subprocess.run([sys.executable, "-m", "bench", "--paired", "--smoke", "--out", str(out), "--json", str(raw)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
-
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    result = json.loads(raw.read_text())
-    assert [d["device"] for d in result["devices"]] == [d.name for d in DEVICES]
-    for device in result["devices"]:
-        assert len(device["ratios"]) == result["rounds"] == 2
-        for side in device["on"] + device["off"]:
-            assert side["python"] > 0 and side["postgres"] > 0  # the backend's CPU was counted too
-    assert out.read_text().count("| `") == len(DEVICES)
+def test_with_no_device_left_behind_a_switch_a_paired_run_says_so_and_starts_nothing() -> None:
+    assert DEVICES == ()
+    with pytest.raises(SystemExit, match="no device has a switch to measure"):
+        main(["--paired"])

@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from django.test import override_settings
 
 from messaging import dispatch
 from pilot_status.celery import LANES, app
@@ -39,19 +38,3 @@ def fast_instances(settings):
     settings.SEND_RATE_PER_INSTANCE = 10_000
     settings.SEND_RATE_BURST = 10_000
 
-
-# The accept path's devices, each switched off alone, then all of them (the plain Django way): every
-# accept test that asks for accept_mode runs in each, and must give the same answers and rows.
-ACCEPT_MODES: dict[str, dict[str, bool]] = {
-    "one-statement": {},  # the defaults
-    "no-memory": {"ACCEPT_REMEMBER_ROUTING": False},
-}
-# The modes in which a process judges on remembered candidates: a usual accept is one statement.
-REMEMBERING = ["one-statement"]
-
-
-@pytest.fixture(params=list(ACCEPT_MODES))
-def accept_mode(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The mode's settings for the whole test (narrow it with parametrize(..., indirect=True))."""
-    with override_settings(**ACCEPT_MODES[request.param]):
-        yield request.param

@@ -3,8 +3,6 @@
 A process remembers the candidate instances its last read found and judges the next request on
 them; the write re-checks every fact that judgement rested on. Whatever changed since (an
 instance's state, name, owner, the opt-in, the key), the answer must be the one fresh facts give.
-Every test runs in each of the accept path's modes (tests/messaging/conftest.py), with the devices
-off too, but those that count statements or break the guarded write: they need the memory.
 """
 
 from __future__ import annotations
@@ -21,11 +19,7 @@ from messaging.accept import AnsweredBefore, SendRequest, accept_message
 from messaging.errors import Rejected
 from messaging.models import ApiKey, Instance, Message, MessageEvent, OptIn, OutboxEntry
 from tests.conftest import add_instance
-from tests.messaging.conftest import REMEMBERING
 from tests.messaging.test_accept_path import LAYOUTS, RECIPIENT, former_check_funnel
-
-pytestmark = pytest.mark.usefixtures("accept_mode")
-remembering = pytest.mark.parametrize("accept_mode", REMEMBERING, indirect=True)
 
 OPTED = "+5511988880001"
 
@@ -72,7 +66,6 @@ def test_a_remembered_choice_never_outlives_the_facts_it_rests_on(alice, carol, 
                 layout, change, category, to, requested)
 
 
-@remembering
 def test_the_usual_accept_is_one_statement_and_writes_what_the_two_statement_path_writes(alice, alice_instance):
     opt_ins.record(alice.project, RECIPIENT, "form")
     key = live_key(alice)
@@ -148,7 +141,6 @@ def test_a_used_idempotency_key_is_answered_not_written_again(alice, alice_insta
     assert Message.objects.filter(project=alice.project).count() == 2
 
 
-@remembering
 def test_a_write_that_committed_before_its_connection_broke_is_not_written_twice(
     transactional_db, alice, alice_instance, monkeypatch
 ):
@@ -175,7 +167,6 @@ def test_a_write_that_committed_before_its_connection_broke_is_not_written_twice
     assert Message.objects.filter(pk=body["id"]).exists()
 
 
-@remembering
 def test_an_otp_without_opt_in_goes_through_the_official_number_in_one_statement(alice, alice_instance):
     official = add_instance(None, "ps-official", official=True, priority=1)
     opt_ins.record(alice.project, OPTED, "form")
@@ -198,7 +189,6 @@ def test_an_otp_without_opt_in_goes_through_the_official_number_in_one_statement
     assert outcome(alice.project, key, without) == official.name
 
 
-@remembering
 def test_the_guard_rechecks_only_the_groups_the_choice_read(alice, alice_instance):
     shared = add_instance(None, "ps-shared", priority=5)
     opt_ins.record(alice.project, RECIPIENT, "form")

@@ -5,10 +5,6 @@
 - the message, its ACCEPTED event, its outbox row and the idempotent answer are one statement;
 - an expired Idempotency-Key answer is replaced in place (no per-request DELETE any more);
 - a used Idempotency-Key still answers before the payload, also for a body that is not JSON.
-
-Every test runs in each of the accept path's modes (tests/messaging/conftest.py ACCEPT_MODES: with
-and without the remembered routing), but those that count statements or look for prepared
-ones: they run in the modes they describe.
 """
 
 from __future__ import annotations
@@ -22,15 +18,12 @@ from django.db.models import Case, IntegerField, Value, When
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from messaging import opt_ins, remembered, rules
+from messaging import opt_ins, rules
 from messaging.accept import SendRequest, accept_message, check_funnel
 from messaging.errors import Rejected
 from messaging.models import ApiKey, ConnectionState, IdempotencyRecord, Instance, Message, MessageEvent, OutboxEntry
 from pilot_status import metrics
 from tests.conftest import add_instance
-from tests.messaging.conftest import REMEMBERING
-
-pytestmark = pytest.mark.usefixtures("accept_mode")
 
 URL = "/v1/messages/send"
 RECIPIENT = "+5511988887777"
@@ -122,7 +115,6 @@ def test_the_one_query_choice_equals_the_former_choice(alice, carol, layout):
 
 # ---- the write ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("accept_mode", REMEMBERING, indirect=True)
 def test_accepting_is_one_read_and_one_write_then_one_statement(alice, alice_instance):
     """The first accept of a project in this process reads the funnel's facts, then writes; the next
     ones fold that read into the write's guard (messaging.accept, the one-statement accept)."""
@@ -145,21 +137,6 @@ def test_accepting_is_one_read_and_one_write_then_one_statement(alice, alice_ins
     assert record.response == body
 
 
-@pytest.mark.parametrize("accept_mode", ["no-memory"], indirect=True)
-def test_with_a_device_off_every_accept_reads_its_facts_then_writes(alice, alice_instance, accept_mode):
-    """ACCEPT_REMEMBER_ROUTING=0: nothing remembered, a read before every write."""
-    opt_ins.record(alice.project, RECIPIENT, "form")
-    key = ApiKey.objects.get(project=alice.project, environment="LIVE")
-    req = SendRequest(to=RECIPIENT, category="UTILITY", template="Hello")
-    remembered_before = dict(remembered._seen)
-    for _ in range(3):
-        with CaptureQueriesContext(connection) as queries:
-            accept_message(alice.project, key, "LIVE", req)
-        assert len(queries) == 2  # the read, then the one statement
-    assert remembered._seen == remembered_before
-
-
-@pytest.mark.parametrize("accept_mode", ["one-statement", "no-memory"], indirect=True)
 def test_the_read_and_the_write_are_prepared_statements(alice, alice_instance):
     opt_ins.record(alice.project, RECIPIENT, "form")
     req = SendRequest(to=RECIPIENT, category="UTILITY", template="Hello")
@@ -254,7 +231,7 @@ def test_a_pooled_connection_postgres_dropped_is_replaced_not_answered_503(trans
 
 
 def test_no_separate_health_check_before_the_first_statement(
-    transactional_db, alice, alice_instance, monkeypatch, accept_mode
+    transactional_db, alice, alice_instance, monkeypatch
 ):
     opt_ins.record(alice.project, RECIPIENT, "form")
     client = alice.client()
@@ -264,8 +241,6 @@ def test_no_separate_health_check_before_the_first_statement(
     connection.health_check_done = False  # a new request on the pooled connection
     with CaptureQueriesContext(connection) as queries:
         assert client.post(URL, BODY, format="json").status_code == 202
-    # the guarded write (one statement, see test_accept_fast_path.py) is the health check; without
-    # it, the funnel's read is
+    # the guarded write (one statement, see test_accept_fast_path.py) is the health check
     assert checks == [], checks
-    if accept_mode in REMEMBERING:
-        assert len(queries) == 1, [str(q["sql"])[:60] for q in queries]
+    assert len(queries) == 1, [str(q["sql"])[:60] for q in queries]

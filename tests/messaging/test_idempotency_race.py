@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 import requests
 
 from messaging import opt_ins
 from messaging.models import IdempotencyRecord, Message, OutboxEntry
-
-# In each of the accept path's modes (tests/messaging/conftest.py ACCEPT_MODES).
-pytestmark = pytest.mark.usefixtures("accept_mode")
 
 BODY = {"to": "+5511988887777", "category": "UTILITY", "text": "Order shipped"}
 

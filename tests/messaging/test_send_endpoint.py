@@ -12,9 +12,6 @@ from messaging import opt_ins
 from messaging.models import ApiKey, IdempotencyRecord, Message, MessageEvent, OutboxEntry
 from tests.conftest import add_instance
 
-# In each of the accept path's modes (tests/messaging/conftest.py ACCEPT_MODES).
-pytestmark = pytest.mark.usefixtures("accept_mode")
-
 URL = "/v1/messages/send"
 RECIPIENT = "+5511988887777"
 
