@@ -39,8 +39,8 @@ MISSING = {"median": math.nan, "min": math.nan, "max": math.nan, "runs": []}  # 
 FLOOR_FIGURES = {"B1": ("b1_ratio", "b1_p99_ratio"), "B3": ("b3_ratio",), "B5": ("b5_ratio",)}
 COST = 0.05  # a device that costs more than this share of a figure when off earns its place
 # Switches the kept tables (bench/results/) name that the product no longer reads: each device bought more than
-# issue 46's 15 % there and became the only path, its switch and the plain path deleted (bench/findings.md, "One
-# path per job"). Switch → the device it turned off.
+# issue 46's 15 % there, so it is the only path and has no switch (bench/findings.md, "One path per job").
+# Switch → the device it turned off.
 REMOVED = {
     "ACCEPT_REMEMBER_ROUTING": "remembered routing guards",
     "ACCEPT_ONE_STATEMENT": "one-statement accept",

@@ -37,9 +37,9 @@ class Device:
     off: Any
 
 
-# The devices still behind a switch that only the accept's process runs. None today: the two measured here (the
-# remembered routing and the second validator) earned their place and lost their switches (bench/findings.md, "One
-# path per job"); their table stays in docs/benchmarks.md from bench/results/paired.json, rendered by render().
+# The accept-path devices behind a switch, measured on and off. None: the remembered routing and the second
+# validator, measured here, are the product's only paths (bench/findings.md, "One path per job"), and render()
+# shows their kept run (bench/results/paired.json) in docs/benchmarks.md.
 DEVICES: tuple[Device, ...] = ()
 
 
