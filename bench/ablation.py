@@ -48,7 +48,7 @@ class Variant:
     env: dict[str, str]  # the switch (empty: all on)
 
 
-# /work/ablation-switches.md: one switch per device, "off" = the plain Django/DRF/Celery way.
+# One switch per device, "off" = the plain Django/DRF/Celery way.
 VARIANTS = (
     Variant(REFERENCE, "all on (today)", {}),
     Variant("priorities", "process priorities", {"BACKGROUND_NICE": "0"}),  # the launcher's nice

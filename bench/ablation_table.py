@@ -47,6 +47,11 @@ REMOVED = {
     "DATABASE_PREPARED_STATEMENTS": "prepared statements",
     "SEND_PLAIN_VALIDATOR": "second validator",
 }
+# Switches the kept tables name whose device went with them: the per-number sending policy is the one place that
+# decides when a number may send, and these were flow control beside it (bench/findings.md, "Flow control").
+GONE_WITH_DEVICE = {
+    "GATEWAY_ADAPTIVE_LIMIT": "adaptive gateway limit",
+}
 
 
 def _dig(slot: dict[str, Any], path: tuple[str, ...]) -> float:
@@ -215,10 +220,18 @@ def render(results: dict[str, Any]) -> list[str]:
 
 def removed_note(switches: list[str]) -> list[str]:
     """The lines under the device tables that say which of the switches they name are gone, the device kept."""
+    lines: list[str] = []
     gone = [name for name in dict.fromkeys(switches) if name in REMOVED]
-    if not gone:
-        return []
-    named = ", ".join(f"`{name}` ({REMOVED[name]})" for name in gone)
-    return [f"Removed after these runs: {named}. Each of these devices bought more than 15 % of its figure above "
-            "(issue 46's rule), so it stays as the product's only path: its switch was deleted with the plain "
-            "path it chose, and its rows here are the record (bench/findings.md, \"One path per job\").", ""]
+    if gone:
+        named = ", ".join(f"`{name}` ({REMOVED[name]})" for name in gone)
+        lines += [f"Removed after these runs: {named}. Each of these devices bought more than 15 % of its figure "
+                  "above (issue 46's rule), so it stays as the product's only path: its switch was deleted with the "
+                  "plain path it chose, and its rows here are the record (bench/findings.md, \"One path per job\").",
+                  ""]
+    with_device = [name for name in dict.fromkeys(switches) if name in GONE_WITH_DEVICE]
+    if with_device:
+        named = ", ".join(f"`{name}` ({GONE_WITH_DEVICE[name]})" for name in with_device)
+        lines += [f"Removed with its device after these runs: {named}. Its row was measured before the per-number "
+                  "sending policy existed; the policy is now the one place that decides when a number may send, "
+                  "and the device went unmeasured beside it (bench/findings.md, \"The bulk lanes' turns (adaptive gateway limit): removed\").", ""]
+    return lines

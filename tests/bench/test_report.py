@@ -157,6 +157,19 @@ def test_under_the_device_tables_the_page_names_the_switches_removed_since_with_
     assert "Removed after these runs" not in report.render(results)
 
 
+def test_a_switch_removed_with_its_device_is_named_apart_from_the_kept_devices() -> None:
+    # given: the tables name a kept device's switch, a switch whose device went too, and a switch still read
+    switches = ["SEND_PLAIN_VALIDATOR", "GATEWAY_ADAPTIVE_LIMIT", "CONSUMER_ACK_BATCH"]
+
+    # when
+    note = [line for line in ablation_table.removed_note(switches) if line]
+
+    # then: one line for each kind, the switch still read named in neither
+    assert note[0].startswith("Removed after these runs: `SEND_PLAIN_VALIDATOR` (second validator).")
+    assert note[1].startswith("Removed with its device after these runs: `GATEWAY_ADAPTIVE_LIMIT` (adaptive gateway limit).")
+    assert len(note) == 2 and not any("CONSUMER_ACK_BATCH" in line for line in note)
+
+
 def test_without_an_ablation_in_the_json_there_is_no_ablation_section(results: dict[str, Any]) -> None:
     text = report.render(results)
 
