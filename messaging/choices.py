@@ -86,6 +86,10 @@ class WaitingReason(models.TextChoices):
     DAILY_CAP = "daily_cap", "the number's daily cap"
     WARMING_UP = "warming_up", "the number's warm-up ramp"
     RESTING = "resting", "the number is resting"
+    # The health governor (messaging.governor): an operator lifts a restriction; a cooling period after a 463 on a
+    # cold contact holds only the sends to cold contacts.
+    RESTRICTED = "restricted", "the number is restricted"
+    COOLING = "cooling", "the number writes to no cold contact for now"
 
 
 class EventKind(models.TextChoices):

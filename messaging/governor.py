@@ -58,6 +58,11 @@ def cap_factor(state: str) -> float:
     return health.cap_factor(state, limits())
 
 
+def policy_terms(state: str, cold_paused_until: datetime | None) -> dict[str, Any]:
+    """What the sending policy (messaging.sending.policy.decide) reads of a number's health."""
+    return {"health": state, "cap_factor": cap_factor(state), "cold_paused_until": cold_paused_until}
+
+
 def standing(instance: Instance) -> health.Standing:
     return health.Standing(instance.health_state, instance.health_changed_at, instance.cold_paused_until,
                            instance.health_override_until)

@@ -94,7 +94,8 @@ _MESSAGE_FIELDS: dict[str, Any] = {
     "nextAttemptAt": serializers.DateTimeField(allow_null=True),
     "waitingReason": serializers.CharField(
         allow_null=True, help_text="Why a queued message waits: the sending policy's pacing, hourly_cap, daily_cap, "
-        "warming_up or resting (docs/sending-policy.md), or a wait of the gateway's; null when nothing holds it"),
+        "warming_up, resting, restricted or cooling (docs/sending-policy.md), or a wait of the gateway's; null when "
+        "nothing holds it"),
     "createdAt": serializers.DateTimeField(),
     "updatedAt": serializers.DateTimeField(),
     "sentAt": serializers.DateTimeField(allow_null=True),

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from .. import lifecycle
+from .. import governor, lifecycle
 from ..choices import WaitingReason
 from ..holds import hold_reason
 from ..models import EventKind, FailureReason, Instance, Message, SendProfile
@@ -49,7 +49,7 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
     for candidate in candidates:
         by_number.setdefault(candidate.instance_id, []).append(candidate)
     numbers = {row["id"]: row for row in Instance.objects.filter(pk__in=list(by_number)).values(
-        "id", "name", "send_policy", "health_state")}
+        "id", "name", "send_policy", "health_state", "cold_paused_until")}
     standings = slots.standings(list(by_number), now)
     scale = slots.scale()
     wanted: dict[int, Any] = {}
@@ -58,7 +58,8 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
         values = policy.values_for(SendProfile.UNOFFICIAL, numbers[number]["send_policy"])
         standing = standings[number]
         name = numbers[number]["name"]
-        verdict = policy.decide(values, standing.schedule, now, scale, cold=False, health=numbers[number]["health_state"])
+        health = governor.policy_terms(numbers[number]["health_state"], numbers[number]["cold_paused_until"])
+        verdict = policy.decide(values, standing.schedule, now, scale, cold=False, **health)
         if verdict.now and standing.in_flight:
             # One send at a time: the next cannot start before this one ends and its gap has passed.
             verdict = policy.Verdict(now + policy.real(values["gap_min_seconds"], scale), WaitingReason.PACING)

@@ -167,15 +167,17 @@ def real(seconds: float, scale: float) -> timedelta:
     return timedelta(seconds=seconds / scale)
 
 
-def allowance(values: dict[str, float], first_send_at: datetime | None, now: datetime, scale: float) -> Allowance:
-    """The caps of the warm-up ramp: from the start values at the first send to the full ones after warmup_days."""
+def allowance(values: dict[str, float], first_send_at: datetime | None, now: datetime, scale: float,
+              cap_factor: float = 1.0) -> Allowance:
+    """The caps of the warm-up ramp: from the start values at the first send to the full ones after warmup_days,
+    times the share a number at risk may use (messaging.health.cap_factor)."""
     days = values["warmup_days"]
     age = 0.0 if first_send_at is None else max(0.0, (now - first_send_at).total_seconds() * scale / DAY_S)
     share = 1.0 if days <= 0 else min(1.0, age / days)
 
     def ramp(name: str) -> int:
         start, full = values[f"{name}_start"], values[f"{name}_max"]
-        return int(start + (full - start) * share)
+        return int((start + (full - start) * share) * cap_factor)
 
     return Allowance(ramp("hourly"), ramp("daily"), ramp("cold_daily"))
 
@@ -208,37 +210,47 @@ def _cold_frees_at(schedule: Schedule, cap: int, day: timedelta, now: datetime) 
 
 
 def _held(cap: int, warmed: float, name: str) -> str:
-    """The reason a full window gives: the warm-up while its cap is still below the warmed number's."""
-    return WaitingReason.WARMING_UP if cap < warmed else name
+    """The reason a full window gives: the warm-up while its cap is still below the warmed number's (both cut alike
+    while the number is at risk)."""
+    return WaitingReason.WARMING_UP if cap < int(warmed) else name
 
 
 def decide(values: dict[str, float], schedule: Schedule, now: datetime, scale: float, *, cold: bool,
-           health: str = HealthState.HEALTHY) -> Verdict:
-    """Whether an unofficial number may send one more message now (to a cold contact or not)."""
-    if health == HealthState.RESTING:
-        # How long a rest lasts is not known here: look again in a minute.
-        return Verdict(now + real(RESTING_RECHECK_S, scale), WaitingReason.RESTING)
+           health: str = HealthState.HEALTHY, cap_factor: float = 1.0,
+           cold_paused_until: datetime | None = None) -> Verdict:
+    """Whether an unofficial number may send one more message now (to a cold contact or not). Its health
+    (messaging.governor) takes part: `resting` and `restricted` hold every send, `at_risk` cuts the caps by
+    `cap_factor`, and a cooling period (`cold_paused_until`) holds the sends to cold contacts."""
+    if health in (HealthState.RESTING, HealthState.RESTRICTED):
+        # How long a rest or a restriction lasts is not known here: look again in a minute.
+        reason = WaitingReason.RESTING if health == HealthState.RESTING else WaitingReason.RESTRICTED
+        return Verdict(now + real(RESTING_RECHECK_S, scale), reason)
     if schedule.next_send_at is not None and schedule.next_send_at > now:
         return Verdict(schedule.next_send_at, WaitingReason.PACING)
-    caps = allowance(values, schedule.first_send_at, now, scale)
+    caps = allowance(values, schedule.first_send_at, now, scale, cap_factor)
     hour, day = real(HOUR_S, scale), real(DAY_S, scale)
     hour_start, hour_sent = _window(schedule.hour_started_at, schedule.hour_sent, hour, now)
     day_start, day_sent = _window(schedule.day_started_at, schedule.day_sent, day, now)
     # A window that has not opened ends a day (an hour) after the send that would open it.
     day_ends, hour_ends = (day_start or now) + day, (hour_start or now) + hour
     if day_sent >= caps.daily:
-        return Verdict(day_ends, _held(caps.daily, values["daily_max"], WaitingReason.DAILY_CAP))
+        return Verdict(day_ends, _held(caps.daily, values["daily_max"] * cap_factor, WaitingReason.DAILY_CAP))
+    if cold and cold_paused_until is not None and now < cold_paused_until:
+        return Verdict(cold_paused_until, WaitingReason.COOLING)
     if cold and (cold_until := _cold_frees_at(schedule, caps.cold, day, now)) is not None:
-        return Verdict(cold_until, _held(caps.cold, values["cold_daily_max"], WaitingReason.DAILY_CAP))
+        return Verdict(cold_until, _held(caps.cold, values["cold_daily_max"] * cap_factor, WaitingReason.DAILY_CAP))
     if hour_sent >= caps.hourly:
-        return Verdict(hour_ends, _held(caps.hourly, values["hourly_max"], WaitingReason.HOURLY_CAP))
+        return Verdict(hour_ends, _held(caps.hourly, values["hourly_max"] * cap_factor, WaitingReason.HOURLY_CAP))
     return Verdict()
 
 
-def cold_quota_left(values: dict[str, float], schedule: Schedule, now: datetime, scale: float) -> bool:
+def cold_quota_left(values: dict[str, float], schedule: Schedule, now: datetime, scale: float,
+                    cap_factor: float = 1.0, cold_paused_until: datetime | None = None) -> bool:
     """Whether the number may still write to a recipient it never exchanged a message with now (its day, and the
-    last 24 h)."""
-    caps = allowance(values, schedule.first_send_at, now, scale)
+    last 24 h; none during a cooling period)."""
+    if cold_paused_until is not None and now < cold_paused_until:
+        return False
+    caps = allowance(values, schedule.first_send_at, now, scale, cap_factor)
     return _cold_frees_at(schedule, caps.cold, real(DAY_S, scale), now) is None
 
 

@@ -18,7 +18,7 @@ import uuid
 
 from django.utils import timezone
 
-from .. import exchanges, rules
+from .. import exchanges, governor, health, rules
 from ..models import Instance, Message, SendProfile
 from . import policy, routing, slots
 
@@ -27,12 +27,16 @@ NO_COLD_QUOTA = "no cold contacts left on its number"
 
 
 def cold_quota_left(instance: Instance) -> bool:
+    if health.sends_nothing(instance.health_state):
+        return False
     if instance.send_profile == SendProfile.OFFICIAL:
         return True
     now = timezone.now()
     schedule = slots.standings([instance.pk], now)[instance.pk].schedule
     values = policy.values_for(SendProfile.UNOFFICIAL, instance.send_policy)
-    return policy.cold_quota_left(values, schedule, now, slots.scale())
+    terms = governor.policy_terms(instance.health_state, instance.cold_paused_until)
+    return policy.cold_quota_left(values, schedule, now, slots.scale(), terms["cap_factor"],
+                                  terms["cold_paused_until"])
 
 
 def choose(message: Message, token: uuid.UUID, route: routing.Route) -> routing.Route:
@@ -46,6 +50,8 @@ def choose(message: Message, token: uuid.UUID, route: routing.Route) -> routing.
         if known == current.pk:
             return route
         target = by_id[known]
+        if health.sends_nothing(target.health_state):
+            continue  # a resting or restricted number sends nothing: another that knows the recipient may
         if routing.usable(target)[0] and routing.reroute(message, token, target, STICKY):
             return routing.Route(target)
     if cold_quota_left(current):

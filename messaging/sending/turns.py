@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from pilot_status import metrics
 
-from .. import exchanges, lifecycle
+from .. import exchanges, governor, lifecycle
 from ..choices import WaitingReason
 from ..models import EventKind, FailureReason, Instance, Message, SendProfile
 from . import human_pace, policy, slots
@@ -48,11 +48,17 @@ def take(message: Message, token: uuid.UUID, instance: Instance) -> Turn | str:
         verdict = policy.Verdict(now + policy.real(values["gap_min_seconds"], scale), WaitingReason.PACING)
     else:
         cold = exchanges.is_cold(instance.pk, message.to)
-        verdict = policy.decide(values, schedule, now, scale, cold=cold, health=instance.health_state)
+        # The number's health as it stands now: the instance was read before the claim, the governor may have moved it.
+        health = governor.policy_terms(*Instance.objects.filter(pk=instance.pk).values_list(
+            "health_state", "cold_paused_until").get())
+        verdict = policy.decide(values, schedule, now, scale, cold=cold, **health)
         if verdict.now:
+            if cold:
+                # An ERROR receipt (463) on this send counts against the number's health (messaging.governor).
+                governor.cold_send(instance.pk, message.pk)
             return Turn(instance.pk, values, schedule, cold, scale)
         slots.release(instance.pk, message.pk)
-        unreachable = cold and policy.decide(values, schedule, now, scale, cold=False, health=instance.health_state).now
+        unreachable = cold and policy.decide(values, schedule, now, scale, cold=False, **health).now
     assert verdict.until is not None
     metrics.messages(f"held:{verdict.reason}:{message.lane}")
     if verdict.until >= message.deliver_until and unreachable:

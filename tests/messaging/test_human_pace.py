@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from messaging import dispatch
-from messaging.models import Contact, Message, OutboxEntry, SendSchedule
-from messaging.sending import worker
+from messaging import dispatch, governor
+from messaging.models import Contact, Instance, InstanceSignal, Message, OutboxEntry, SendSchedule
+from messaging.sending import instance_state, worker
 from tests.conftest import add_instance
 from tests.messaging.sending_helpers import events, open_on_simulator, queue, sends_ok
 
@@ -111,6 +111,78 @@ def test_a_resting_number_holds_its_sends(alice, number):
     [message_id] = queue(alice, "UTILITY", 1)
     assert release().released == 0
     assert body(alice, message_id)["waitingReason"] == "resting"
+
+
+def test_a_number_the_governor_rests_holds_its_sends_from_the_next_claim(simulator, alice, number):
+    open_on_simulator(simulator, number)
+    [message_id] = queue(alice, "UTILITY", 1)
+    assert release().released == 1
+    # The governor rests it between the release and the claim (a logout): the claim reads the number's state now.
+    number.refresh_from_db()
+    governor.connection(number, "close", 401, number.set_connection_state("close"))
+    instance_state.sync(number, "open")  # paired again: connected, and resting all the same
+    assert Instance.objects.get(pk=number.pk).health_state == "resting"
+    assert worker.send_one(message_id) == "held"
+    assert body(alice, message_id)["waitingReason"] == "resting"
+    assert sends_ok(simulator, number.name) == []
+
+
+def test_a_restricted_number_holds_its_sends_as_restricted(alice, number):
+    Instance.objects.filter(pk=number.pk).update(health_state="restricted")
+    [message_id] = queue(alice, "UTILITY", 1)
+    assert release().released == 0
+    assert body(alice, message_id)["waitingReason"] == "restricted"
+
+
+def test_a_resting_official_number_holds_its_sends(simulator, alice, alice_instance):
+    open_on_simulator(simulator, alice_instance)
+    Instance.objects.filter(pk=alice_instance.pk).update(health_state="resting")
+    [message_id] = queue(alice, "UTILITY", 1)
+    assert release().released == 1  # an official number's relay does not ask the policy: its worker does
+    assert worker.send_one(message_id) == "held"
+    assert body(alice, message_id)["waitingReason"] == "resting"
+    assert sends_ok(simulator, alice_instance.name) == []
+
+
+def test_a_number_at_risk_sends_half_its_caps(alice, number):
+    now = timezone.now()
+    SendSchedule.objects.create(instance=number, first_send_at=now - timedelta(days=60), hour_started_at=now,
+                                hour_sent=40, day_started_at=now, day_sent=40)
+    [message_id] = queue(alice, "UTILITY", 1)
+    Instance.objects.filter(pk=number.pk).update(health_state="at_risk")
+    assert release().released == 0
+    assert body(alice, message_id)["waitingReason"] == "hourly_cap"
+    Instance.objects.filter(pk=number.pk).update(health_state="healthy")
+    OutboxEntry.objects.filter(message_id=message_id).update(available_at=timezone.now())
+    assert release().released == 1
+
+
+def test_a_cooling_number_holds_cold_contacts_and_sends_to_known_ones(simulator, alice, number):
+    open_on_simulator(simulator, number)
+    until = timezone.now() + timedelta(hours=12)
+    Instance.objects.filter(pk=number.pk).update(health_state="at_risk", cold_paused_until=until)
+    [cold] = queue(alice, "UTILITY", 1, to="+5511977776666")
+    Message.objects.filter(pk=cold).update(deliver_until=timezone.now() + timedelta(days=2))
+    assert release().released == 1  # the relay does not know the recipient yet
+    assert worker.send_one(cold) == "held"
+    shown = body(alice, cold)
+    assert shown["waitingReason"] == "cooling"
+    assert abs((OutboxEntry.objects.get(message_id=cold).available_at - until).total_seconds()) < 1
+    Contact.objects.create(instance=number, phone=alice.project.test_number, last_exchange_at=timezone.now(),
+                           last_direction="inbound")
+    [warm] = queue(alice, "UTILITY", 1)
+    release()
+    assert worker.send_one(warm) == "sent"
+    assert not InstanceSignal.objects.filter(instance=number, kind="cold_send").exists()
+
+
+def test_a_send_to_a_cold_contact_is_a_signal_for_the_governor(simulator, alice, number):
+    open_on_simulator(simulator, number)
+    [message_id] = queue(alice, "UTILITY", 1)
+    release()
+    assert worker.send_one(message_id) == "sent"
+    assert list(InstanceSignal.objects.filter(instance=number).values_list("kind", "message_id")) == [
+        ("cold_send", Message.objects.get(pk=message_id).pk)]
 
 
 def test_an_otp_takes_the_numbers_next_slot_ahead_of_the_bulk_lanes(alice, number):

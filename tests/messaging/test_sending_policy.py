@@ -118,6 +118,34 @@ def test_a_resting_number_holds_every_send():
     assert verdict.reason == "resting" and verdict.until > T0
 
 
+def test_a_restricted_number_holds_every_send_as_restricted():
+    verdict = policy.decide(UNOFFICIAL, Schedule(), T0, 1.0, cold=False, health="restricted")
+    assert verdict.reason == "restricted" and verdict.until > T0
+
+
+def test_a_number_at_risk_has_its_caps_cut():
+    old = T0 - timedelta(days=30)
+    half_hour = Schedule(first_send_at=old, hour_started_at=T0, hour_sent=40, day_started_at=T0, day_sent=40)
+    later = T0 + timedelta(minutes=1)
+    assert policy.decide(UNOFFICIAL, half_hour, later, 1.0, cold=False, health="healthy").now
+    verdict = policy.decide(UNOFFICIAL, half_hour, later, 1.0, cold=False, health="at_risk", cap_factor=0.5)
+    # A warmed number at its cut cap waits for its hour, not for a warm-up.
+    assert (verdict.until, verdict.reason) == (T0 + timedelta(hours=1), "hourly_cap")
+    cut = policy.allowance(UNOFFICIAL, None, T0, 1.0, cap_factor=0.5)
+    assert (cut.hourly, cut.daily, cut.cold) == (10, 25, 5)
+
+
+def test_a_cooling_period_holds_cold_contacts_only():
+    until = T0 + timedelta(hours=20)
+    assert policy.decide(UNOFFICIAL, Schedule(), T0, 1.0, cold=False, cold_paused_until=until).now
+    verdict = policy.decide(UNOFFICIAL, Schedule(), T0, 1.0, cold=True, cold_paused_until=until)
+    assert (verdict.until, verdict.reason) == (until, "cooling")
+    assert not policy.cold_quota_left(UNOFFICIAL, Schedule(), T0, 1.0, cold_paused_until=until)
+    # Once it ends, cold contacts go out again.
+    assert policy.decide(UNOFFICIAL, Schedule(), until, 1.0, cold=True, cold_paused_until=until).now
+    assert policy.cold_quota_left(UNOFFICIAL, Schedule(), until, 1.0, cold_paused_until=until)
+
+
 def test_a_send_is_counted_and_draws_the_next_gap():
     after = policy.after_send(UNOFFICIAL, Schedule(), T0, 1.0, cold=True, rng=random.Random(1))
     assert after.first_send_at == T0 and (after.hour_sent, after.day_sent, after.day_cold) == (1, 1, 1)

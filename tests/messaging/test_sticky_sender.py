@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from ingestion import handlers, inbox
 from messaging import exchanges
-from messaging.models import Contact, DeadLetter, Message, SendSchedule
+from messaging.models import Contact, DeadLetter, Instance, Message, SendSchedule
 from messaging.sending import worker
 from tests.conftest import add_instance
 from tests.ingestion.test_inbound_opt_out import inbound
@@ -108,3 +108,27 @@ def test_an_inbound_message_makes_the_sender_a_known_contact(alice, numbers):
     handlers.apply(event)
     assert not exchanges.is_cold(first.pk, "+5511988887777")
     assert Contact.objects.get(instance=first).last_direction == "inbound"
+
+
+def test_a_resting_number_that_knows_the_recipient_is_passed_over(simulator, alice, numbers):
+    first, second = numbers
+    open_on_simulator(simulator, first, second)
+    exchanges.sent(first.pk, RECIPIENT, timezone.now() - timedelta(days=3))
+    exchanges.received(second.name, RECIPIENT, timezone.now() - timedelta(hours=1))
+    Instance.objects.filter(pk=second.pk).update(health_state="resting")
+    [message_id] = queue(alice, "UTILITY", 1, to=RECIPIENT)
+    assert worker.send_one(message_id) == "sent"
+    assert Message.objects.get(pk=message_id).instance == first  # the other number that knows them
+    assert sends_ok(simulator, "alice-b") == []
+
+
+def test_a_cold_contact_leaves_a_cooling_number_for_one_that_may_write_to_strangers(simulator, alice, numbers):
+    first, second = numbers
+    open_on_simulator(simulator, first, second)
+    Instance.objects.filter(pk=first.pk).update(health_state="at_risk",
+                                                cold_paused_until=timezone.now() + timedelta(hours=12))
+    [message_id] = queue(alice, "UTILITY", 1, to=RECIPIENT)
+    assert worker.send_one(message_id) == "sent"
+    message = Message.objects.get(pk=message_id)
+    assert message.instance == second
+    assert events(message, "REROUTED")[0]["why"] == "no cold contacts left on its number"
