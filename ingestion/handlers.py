@@ -22,7 +22,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from messaging import exchanges, lifecycle, opt_outs, writes
+from messaging import exchanges, governor, lifecycle, opt_outs, writes
 from messaging.models import DEFAULT_OPT_OUT_KEYWORDS, FailureReason, Instance, Message, Status
 from messaging.prepared import prepared_cursor
 from messaging.sending import instance_state
@@ -394,6 +394,9 @@ def _receipt(event: IngestionEvent, data: dict[str, Any]) -> str:
             from_statuses=(Status.SENDING, Status.SENT, Status.SERVER_ACK),
             extra_update={"evolution_message_id": message.evolution_message_id or event.key_id},
         )
+        if failed:
+            # WhatsApp's 463 (the reach-out time-lock) comes as this error: on a cold contact, a strike for the number.
+            governor.safely(governor.error_receipt, message)
         return "failed" if failed else "stale"
     for _ in range(2):  # once more if its status changed under us (answered meanwhile, a requeue): advance reads it
         if lifecycle.advance(message, RECEIPT_STATUS[status], key_id=event.key_id, source="evolution",
@@ -426,6 +429,8 @@ def _connection(event: IngestionEvent, instance: Instance, data: dict[str, Any])
     # messages that were smart-waiting for this instance (paced by the relay).
     instance_state.remember(instance.name, str(state))
     changed = instance_state.sync(instance, str(state))
+    # Leaving open is a disconnect, a close 401 a logout, a close 403 a ban: the number's health (messaging.governor).
+    governor.safely(governor.connection, instance, str(state), data.get("statusReason"), changed)
     return "state_changed" if changed else "state_unchanged"
 
 

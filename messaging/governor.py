@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -114,11 +115,27 @@ def connection_closed(instance_id: int) -> None:
 
 
 def opt_out(instance_name: str, phone: str) -> None:
-    """A recipient replied with an opt-out keyword to this number."""
+    """A recipient replied with an opt-out keyword to this number: counted once per recipient and day, so that one
+    person writing STOP again (or the same reply on both channels) is one opt-out."""
     instance_id = Instance.objects.filter(name=instance_name).values_list("pk", flat=True).first()
-    if instance_id is not None:
+    if instance_id is None:
+        return
+    day = timezone.now() - health.real(86400.0, scale())
+    if not InstanceSignal.objects.filter(instance_id=instance_id, kind=SignalKind.OPT_OUT, at__gte=day,
+                                         detail__phone=phone).exists():
         note(instance_id, SignalKind.OPT_OUT, phone=phone)
-        evaluate(instance_id)
+    evaluate(instance_id)
+
+
+def safely(signal: Callable[..., None], *args: Any) -> None:
+    """Record a signal where the product learns it without letting a fault of the governor undo what the caller
+    did (a receipt applied, an answer recorded): the signal's writes are a savepoint, and a fault is logged loudly.
+    The next pass (run_pass) judges the number again."""
+    try:
+        with transaction.atomic():
+            signal(*args)
+    except Exception:
+        log.exception("health signal %s%r not recorded", signal.__name__, args)
 
 
 def signals(instance: Instance, now: datetime) -> health.Signals:

@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from . import consent, lifecycle, rules
+from . import consent, governor, lifecycle, rules
 from .models import (
     DEFAULT_OPT_OUT_KEYWORDS,
     MAX_OPT_OUT_KEYWORD_LENGTH,
@@ -114,6 +114,8 @@ def on_inbound(inbound: Inbound) -> str:
     keywords = DEFAULT_OPT_OUT_KEYWORDS if project is None else project.opt_out_keywords
     if not is_opt_out(inbound.text, keywords):
         return NOT_A_KEYWORD
+    # People who ask a number to stop are the ones who report it: a signal of its health (messaging.governor).
+    governor.safely(governor.opt_out, instance.name, inbound.phone)
     phones = [p for p in phone_variants(inbound.phone) if rules.normalize_phone(p) == p]
     live = OptIn.objects.filter(phone__in=phones, revoked_at__isnull=True)
     if project is not None:

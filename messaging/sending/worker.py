@@ -21,7 +21,7 @@ from psycopg_pool import PoolTimeout
 from pilot_status import metrics
 from pilot_status.database import checking_connection, release_while_waiting
 
-from .. import consent, health, lifecycle, test_numbers
+from .. import consent, governor, health, lifecycle, test_numbers
 from ..choices import WaitingReason
 from ..models import EventKind, FailureReason, Instance, Message, Status
 from ..writes import TimelineLine
@@ -399,6 +399,8 @@ def apply_outcome(
             message, token, min(now + wait, message.deliver_until), EventKind.WAITING,
             detail={"why": routing.NOT_CONNECTED, "instance": instance.name, **record},
         )
+        # A storm of these rests the number (messaging.governor).
+        governor.safely(governor.connection_closed, instance.pk)
         return "waiting"
 
     if outcome.kind == gateway.MISCONFIGURED:
