@@ -11,13 +11,14 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from . import reconciler, retention, status_sync
+from . import governor, reconciler, retention, status_sync
 from .sending import instance_state
 
 _RECONCILE_LIMIT = int(settings.RECONCILE_PASS_SECONDS) + 20
 _SYNC_LIMIT = int(settings.STATUS_SYNC_PASS_SECONDS) + 20
 _POLL_LIMIT = int(instance_state.POLL_BUDGET_SECONDS) + 20
 _RETENTION_LIMIT = int(settings.RETENTION_PASS_SECONDS) + 20
+_HEALTH_LIMIT = int(settings.HEALTH_PASS_SECONDS) + 20
 
 
 @shared_task(name="messaging.reconcile_messages", ignore_result=True, soft_time_limit=_RECONCILE_LIMIT,
@@ -41,3 +42,9 @@ def poll_instance_states() -> int:
              time_limit=_RETENTION_LIMIT + 10)
 def prune_timelines() -> int:
     return retention.prune_timelines()
+
+
+@shared_task(name="messaging.govern_health", ignore_result=True, soft_time_limit=_HEALTH_LIMIT,
+             time_limit=_HEALTH_LIMIT + 10)
+def govern_health() -> int:
+    return governor.run_pass()

@@ -56,6 +56,7 @@ app.conf.task_routes = {
     "dashboard.run_bulk_resend": {"queue": BULK_QUEUE},
     "callbacks.relay": {"queue": CALLBACKS_RELAY_QUEUE},
     "callbacks.prune_deliveries": {"queue": MAINTENANCE_QUEUE},
+    "messaging.govern_health": {"queue": MAINTENANCE_QUEUE},
     DELIVER_CALLBACK_TASK: {"queue": CALLBACKS_QUEUE},
 }
 
@@ -97,6 +98,8 @@ app.conf.beat_schedule = {
     "prune-inbox": _entry("ingestion.prune_inbox", _period("RETENTION_SECONDS", 600)),
     "relay-callbacks": _entry("callbacks.relay", _period("CALLBACKS_RELAY_SECONDS", 1)),
     "prune-callbacks": _entry("callbacks.prune_deliveries", _period("RETENTION_SECONDS", 600)),
+    # The health governor's judgement of what time moves: ends of rests, ramps, cooling periods; the shares.
+    "govern-health": _entry("messaging.govern_health", _period("HEALTH_PASS_SECONDS", 30)),
 }
 BEAT_TASKS = frozenset(entry["task"] for entry in app.conf.beat_schedule.values())
 

@@ -141,3 +141,12 @@ def test_old_signals_are_pruned_by_the_pass(number):
                                   message_id=uuid.uuid4())
     governor.run_pass()
     assert not InstanceSignal.objects.filter(instance=number).exists()
+
+
+def test_the_beat_task_runs_a_pass(number, settings):
+    from messaging import tasks
+
+    connection_update(number, "close", 401)
+    settings.SENDING_POLICY_TIME_SCALE = 1e9  # a logout that did not come back for years
+    assert tasks.govern_health() == 1
+    assert Instance.objects.get(pk=number.pk).health_state == "restricted"

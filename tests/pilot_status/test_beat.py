@@ -41,6 +41,7 @@ FAST = {
     "INSTANCE_POLL_SECONDS": "1",
     "INGESTION_RECONCILE_SECONDS": "2",
     "RETENTION_SECONDS": "2",
+    "HEALTH_PASS_SECONDS": "1",
 }
 
 
@@ -85,6 +86,7 @@ def test_beat_and_the_maintenance_workers_run_every_scheduled_job(
         assert seen["messaging.reconcile_messages"]["worker"] == "maintenance@test"
         assert seen["messaging.prune_timelines"]["worker"] == "maintenance@test"
         assert seen["ingestion.prune_inbox"]["worker"] == "maintenance@test"
+        assert seen["messaging.govern_health"]["worker"] == "maintenance@test"
         assert seen["messaging.sync_statuses"]["worker"] == "sync@test"
         assert seen["messaging.poll_instance_states"]["worker"] == "sync@test"
         assert seen["ingestion.reconcile_events"]["worker"] == "sync@test"
