@@ -10,9 +10,20 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from . import resend
+from . import governor, resend
+from .choices import HealthState
 from .errors import Rejected
-from .models import ApiKey, DeadLetter, Instance, Message, MessageEvent, OptIn, Project, SendSchedule
+from .models import (
+    ApiKey,
+    DeadLetter,
+    Instance,
+    InstanceHealthEvent,
+    Message,
+    MessageEvent,
+    OptIn,
+    Project,
+    SendSchedule,
+)
 
 
 class ApiKeyInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -46,6 +57,42 @@ class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self.message_user(request, f"Revoked {count} key(s).")
 
 
+class InstanceHealthEventInline(admin.TabularInline):  # type: ignore[type-arg]
+    """The number's health history, newest first: every change the governor or an operator made, and why."""
+
+    model = InstanceHealthEvent
+    extra = 0
+    fields = ("at", "from_state", "to_state", "reason", "actor", "evidence", "cold_paused_until")
+    readonly_fields = fields
+    can_delete = False
+    verbose_name = "health change"
+    verbose_name_plural = "health history"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _override(state: str) -> Any:
+    """An admin action that sets the selected numbers' health state (messaging.governor.override): it holds for
+    HEALTH_OVERRIDE_SECONDS (a restriction until lifted) and is logged with the operator's username."""
+
+    @admin.action(description=f"Set health: {HealthState(state).label}", permissions=["change"])
+    def action(modeladmin: InstanceAdmin, request: HttpRequest, queryset: QuerySet[Instance]) -> None:
+        moved: list[str] = []
+        raced: list[str] = []
+        for instance in queryset:
+            event = governor.override(instance, state, request.user.get_username())
+            (moved if event is not None else raced).append(instance.name)
+        if moved:
+            modeladmin.message_user(request, f"Health set to {state} for {len(moved)} instance(s): {', '.join(moved)}.")
+        if raced:
+            modeladmin.message_user(request, f"Not changed (the governor moved it meanwhile; try again): "
+                                    f"{', '.join(raced)}.", level=messages.WARNING)
+
+    action.__name__ = f"set_health_{state}"
+    return action
+
+
 @admin.register(Instance)
 class InstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
@@ -54,10 +101,16 @@ class InstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     )
     list_filter = ("connection_state", "is_official", "send_profile", "health_state")
     search_fields = ("name",)
+    # The health state moves only through the governor or an override action, each logged as a health change.
     readonly_fields = (
         "token_salt", "evolution_token_hash", "state_changed_at", "circuit", "last_gateway_error",
-        "last_gateway_error_at", "sending_now", "honours_message_id",
+        "last_gateway_error_at", "sending_now", "honours_message_id", "health_state", "health_changed_at",
+        "cold_paused_until", "health_override_until", "connection_reason",
     )
+    actions = [_override(state) for state in HealthState.values]
+
+    def get_inlines(self, request: HttpRequest, obj: Instance | None) -> list[Any]:
+        return [InstanceHealthEventInline] if obj is not None else []  # a new number has no history
 
     @admin.display(description="sending now")
     def sending_now(self, obj: Instance) -> str:
