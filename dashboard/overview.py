@@ -10,8 +10,17 @@ from typing import Any
 from django.db.models import Count
 from django.utils import timezone
 
-from messaging import unacknowledged
-from messaging.models import Category, DeadLetter, DeadLetterStatus, Instance, Message, Project, Status
+from messaging import health, unacknowledged
+from messaging.models import (
+    Category,
+    DeadLetter,
+    DeadLetterStatus,
+    Instance,
+    InstanceHealthEvent,
+    Message,
+    Project,
+    Status,
+)
 
 
 @dataclass
@@ -72,11 +81,22 @@ def today_by_lane(project: Project, environment: str, now: datetime | None = Non
 
 
 def instances(project: Project) -> list[Instance]:
-    """The project's instances, each with `unacknowledged`: its recent sends WhatsApp never acknowledged."""
+    """The project's instances, each with `unacknowledged` (its recent sends WhatsApp never acknowledged) and
+    `health_change` (the last change of its health state, the evidence for the state shown; None: never changed) and
+    `cooling_until` (the end of a cooling period under way: no cold contacts until then)."""
     found = list(Instance.objects.filter(project=project).order_by("priority", "pk"))
     counts = unacknowledged.by_instance()
+    latest = {event.instance_id: event for event in InstanceHealthEvent.objects.filter(
+        instance_id__in=[instance.pk for instance in found]).order_by("instance_id", "-at", "-id").distinct("instance_id")}
+    now = timezone.now()
     for instance in found:
         instance.unacknowledged = counts.get(instance.pk, 0)  # type: ignore[attr-defined]
+        paused = instance.cold_paused_until
+        instance.cooling_until = paused if paused is not None and paused > now else None  # type: ignore[attr-defined]
+        change = latest.get(instance.pk)
+        if change is not None:
+            change.explained = health.EXPLAINED.get(change.reason, change.reason)  # type: ignore[attr-defined]
+        instance.health_change = change  # type: ignore[attr-defined]
     return found
 
 

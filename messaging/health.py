@@ -38,6 +38,20 @@ REPEATED_LOGOUTS = "repeated_logouts"
 RAMP_BACK = "ramp_back"
 RECOVERED = "recovered"
 OPERATOR = "operator"
+# Each reason as an operator or a customer reads it (the dashboard).
+EXPLAINED = {
+    COLD_ERRORS: "WhatsApp refused a message to a new contact (463): no new contacts for a while",
+    UNACKNOWLEDGED: "many of today's sends were never acknowledged by WhatsApp",
+    DISCONNECTS: "the connection dropped again and again",
+    LOGOUT: "the number was logged out",
+    OPT_OUTS: "many recipients replied asking to stop",
+    BANNED: "WhatsApp closed the connection as forbidden (banned)",
+    LOGOUT_NOT_BACK: "the number was logged out and did not come back",
+    REPEATED_LOGOUTS: "the number was logged out again and again",
+    RAMP_BACK: "rested, connected and quiet: sending again at reduced caps",
+    RECOVERED: "quiet long enough: back to full caps",
+    OPERATOR: "set by an operator",
+}
 
 
 @dataclass(frozen=True)

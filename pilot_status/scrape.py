@@ -9,7 +9,8 @@ What it serves, in Prometheus's text format:
   each circuit (`pilot_status_circuit_state{scope,name}`: 0 closed, 1 half-open, 2 open), each process's
   heartbeat (`pilot_status_heartbeat_age_seconds{process,host,pid}`, `pilot_status_heartbeat_stale`), each
   instance's recent sends WhatsApp never acknowledged (`pilot_status_unacknowledged_sends{name}`,
-  messaging.unacknowledged; an instance with none is absent);
+  messaging.unacknowledged; an instance with none is absent), each instance's health state as the governor judged
+  it (`pilot_status_instance_health{name}`: 0 healthy, 1 at risk, 2 resting, 3 restricted; messaging.governor);
 - the Redis counters (`ps:metrics:*`, pilot_status.metrics) as they are, one counter per key, named as the
   old text output named them (`ps:metrics:evolution:webhook:processed` →
   `pilot_status_evolution_webhook_processed_total`; `messages:status:<S>:<lane>` and `messages:failed:<R>:<lane>`
@@ -55,6 +56,7 @@ SOURCES: dict[str, Callable[[], Any]] = {
     "heartbeats": heartbeats.processes,
     "counters": _counters,
     "unacknowledged": lambda: _in_thread(_unacknowledged),
+    "health": lambda: _in_thread(_health),
 }
 
 
@@ -62,6 +64,12 @@ def _unacknowledged() -> dict[str, int]:
     from messaging import unacknowledged
 
     return unacknowledged.by_instance_name()
+
+
+def _health() -> dict[str, str]:
+    from messaging import governor
+
+    return governor.states()
 
 
 def _in_thread(read: Callable[[], T]) -> T:
@@ -120,6 +128,17 @@ def _unacknowledged_sends(counts: dict[str, int]) -> Iterable[Metric]:
     return [family]
 
 
+def _instance_health(states: dict[str, str]) -> Iterable[Metric]:
+    from messaging import health
+
+    family = _gauge("pilot_status_instance_health",
+                    "Each instance's health: 0 healthy, 1 at risk (caps cut), 2 resting, 3 restricted", ["name"])
+    level = {str(state): severity for state, severity in health.SEVERITY.items()}
+    for name, state in sorted(states.items()):
+        family.add_metric([name], float(level.get(state, 3)))
+    return [family]
+
+
 def _heartbeats(beats: list[dict[str, Any]]) -> Iterable[Metric]:
     # `host` and `pid`, not `instance`: Prometheus gives that label to the scraped target.
     age = _gauge("pilot_status_heartbeat_age_seconds", "Age of each process's last heartbeat", ["process", "host", "pid"])
@@ -146,7 +165,7 @@ def _counter_families(counters: dict[str, int]) -> Iterable[Metric]:
 
 
 _RENDER: dict[str, Callable[[Any], Iterable[Metric]]] = {"outbox": _outbox, "queues": _queues, "circuits": _circuits, "heartbeats": _heartbeats,
-           "counters": _counter_families, "unacknowledged": _unacknowledged_sends}
+           "counters": _counter_families, "unacknowledged": _unacknowledged_sends, "health": _instance_health}
 
 
 class StateCollector(Collector):

@@ -23,7 +23,8 @@ HISTOGRAMS = ("pilot_status_accept_seconds", "pilot_status_accept_to_sent_second
               "pilot_status_gateway_call_seconds", "pilot_status_webhook_seconds")
 GAUGES = ("pilot_status_outbox_depth", "pilot_status_outbox_due", "pilot_status_outbox_oldest_age_seconds",
           "pilot_status_outbox_oldest_due_age_seconds", "pilot_status_queue_ready", "pilot_status_circuit_state",
-          "pilot_status_heartbeat_age_seconds", "pilot_status_heartbeat_stale", "pilot_status_scrape_source_up")
+          "pilot_status_heartbeat_age_seconds", "pilot_status_heartbeat_stale", "pilot_status_scrape_source_up",
+          "pilot_status_instance_health")
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
