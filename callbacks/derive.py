@@ -2,7 +2,8 @@
 
 A status change is committed with its timeline line (messaging.lifecycle's moves; one
 statement on the hot path), an inbound message with its inbox row, a revocation with its opt-in row, a send
-WhatsApp never acknowledged with its message's `unacknowledged_at` (messaging.unacknowledged). Deliveries are
+WhatsApp never acknowledged with its message's `unacknowledged_at` (messaging.unacknowledged), a change of a
+number's health with its InstanceHealthEvent (messaging.governor). Deliveries are
 derived from those rows afterwards, so the hot paths (accept, compare-and-set) write nothing more
 than they did (bench B3), and a change that committed has its line: nothing is lost between the two.
 
@@ -75,6 +76,7 @@ class Derived:
     inbound: int = 0
     opt_outs: int = 0
     unacknowledged: int = 0
+    health: int = 0
 
 
 def run(budget_seconds: float = 2.0) -> Derived:
@@ -112,6 +114,10 @@ def _run(done: Derived, budget_seconds: float) -> Derived:
         done.unacknowledged = _unacknowledged()
     else:
         _skip_to("unacknowledged", _micros(timezone.now() - SKEW))
+    if EventType.INSTANCE_HEALTH in wanted:
+        done.health = _by_id("health", _health_rows, _health_deliveries, deadline)
+    else:
+        _skip_health_to_end()
     return done
 
 
@@ -565,3 +571,70 @@ def _unacknowledged_deliveries(rows: Rows) -> int:
 def _unacknowledged() -> int:
     # Rare, as revocations are: one step per pass.
     return _step(_cursor("unacknowledged"), _unacknowledged_rows, _unacknowledged_deliveries, set())[1]
+
+
+# --- instance.health ------------------------------------------------------------------------------
+
+# Each change of a number's health is one InstanceHealthEvent row, written once (messaging.governor): read by id
+# with the two-step cursor, as the timeline is. A change goes to the LIVE endpoints of the instance's own project:
+# instances are a LIVE matter (the API's /v1/instances answers LIVE keys only), and a shared Pilot Status number
+# belongs to no project (its health is for operators: admin, the metric).
+_HEALTH_READ = """
+    SELECT h.id, i.project_id, i.name, h.from_state, h.to_state, h.reason, h.evidence, h.actor, h.cold_paused_until,
+           h.at
+    FROM messaging_instancehealthevent h JOIN messaging_instance i ON i.id = h.instance_id
+    WHERE h.id > %(after)s AND h.id <> ALL(%(seen)s::bigint[])
+    ORDER BY h.id
+    LIMIT %(batch)s
+"""
+
+
+def _health_rows(after: int, seen: list[int]) -> Read:
+    with connection.cursor() as cursor:
+        cursor.execute(_HEALTH_READ, {"after": after, "seen": seen, "batch": BATCH})
+        rows = cursor.fetchall()
+    ids = [row[0] for row in rows]
+    return Read([row for row in rows if row[1] is not None], ids, ids[-1] if ids else None, len(ids) == BATCH)
+
+
+def health_payload(change_id: int, instance: str, from_state: str, to_state: str, reason: str, evidence: Any,
+                   actor: str, cold_paused_until: datetime | None, at: datetime) -> dict[str, Any]:
+    return {
+        "type": EventType.INSTANCE_HEALTH.value,
+        "timestamp": at.isoformat(),
+        "data": {
+            "instance": instance,
+            "state": to_state,
+            "previousState": from_state,
+            "reason": reason,
+            "evidence": evidence or {},
+            # Who moved it: the governor, or an operator (whose name stays in admin).
+            "by": "operator" if actor.startswith("operator:") else "governor",
+            "coldContactsPausedUntil": cold_paused_until.isoformat() if cold_paused_until else None,
+            "changedAt": at.isoformat(),
+            # Grows with each change: keep the highest, drop a lower one that arrives late.
+            "sequence": change_id,
+        },
+    }
+
+
+def _health_deliveries(rows: Rows) -> int:
+    endpoints = _endpoints_by_scope((row[1] for row in rows), EventType.INSTANCE_HEALTH)
+    deliveries = []
+    now = timezone.now()
+    for change_id, project_id, instance, from_state, to_state, reason, evidence, actor, paused, at in rows:
+        payload = health_payload(change_id, instance, from_state, to_state, reason, _json(evidence), actor, paused, at)
+        for endpoint in endpoints.get((project_id, Environment.LIVE), ()):
+            deliveries.append(
+                Delivery(
+                    endpoint_id=endpoint.pk, event_type=EventType.INSTANCE_HEALTH, source=f"health:{change_id}",
+                    payload=payload, next_attempt_at=now, created_at=now,
+                )
+            )
+    return _insert(deliveries)
+
+
+def _skip_health_to_end() -> None:
+    with connection.cursor() as db:
+        db.execute("SELECT coalesce(max(id), 0) FROM messaging_instancehealthevent")
+        _skip_to("health", int(db.fetchone()[0]))

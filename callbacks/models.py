@@ -28,6 +28,7 @@ class EventType(models.TextChoices):
     MESSAGE_INBOUND = "message.inbound", "A message arrived on one of the project's instances"
     OPT_IN_REVOKED = "opt_in.revoked", "A recipient's opt-in was revoked"
     MESSAGE_UNACKNOWLEDGED = "message.unacknowledged", "A message was sent and WhatsApp never acknowledged it"
+    INSTANCE_HEALTH = "instance.health", "The health state of one of the project's instances changed"
 
 
 # The event types as the API's schema lists them (one enum, WebhookEventTypeEnum, wherever a field carries one).
