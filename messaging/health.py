@@ -81,7 +81,7 @@ class Standing:
     state: str = HealthState.HEALTHY
     since: datetime | None = None
     cold_paused_until: datetime | None = None
-    # An operator's state holds until then: only a ban moves it meanwhile.
+    # An operator's state holds until then: no signal moves it meanwhile (they are judged again after it).
     override_until: datetime | None = None
 
 
