@@ -129,3 +129,22 @@ def test_a_text_that_is_no_keyword_is_no_signal(alice, number):
     handlers.ingest("WEBHOOK", inbound("Obrigado!", instance=number.name))
     assert not InstanceSignal.objects.filter(instance=number).exists()
     assert not OutboxEntry.objects.exists()
+
+
+def test_a_fault_of_the_governor_never_undoes_the_receipt(simulator, alice, number, monkeypatch, caplog):
+    from messaging import governor
+
+    open_on_simulator(simulator, number)
+    message = send_now(alice, to="+5511977776666")
+
+    def broken(instance_id, now=None):
+        raise RuntimeError("the governor is broken")
+
+    monkeypatch.setattr(governor, "evaluate", broken)
+    assert handlers.ingest("WEBHOOK", receipt("ERROR", message.evolution_message_id, number.name)) == "failed"
+    assert Message.objects.get(pk=message.pk).status == "FAILED"
+    assert not InstanceSignal.objects.filter(kind="cold_error").exists()  # the signal's savepoint rolled back
+    assert "health signal error_receipt" in caplog.text and "the governor is broken" in caplog.text
+    monkeypatch.undo()
+    # The pass judges the number again (here: nothing to judge; the strike was lost with its savepoint, and said so).
+    assert governor.run_pass() == 0
