@@ -29,6 +29,10 @@ def instance_body(instance: Instance) -> dict[str, Any]:
         "sendPolicy": instance_policy.values_of(instance),
         "sendPolicyOverrides": instance.send_policy or {},
         "healthState": instance.health_state,
+        # The health governor's last change of the state, and the end of a cooling period (no cold contacts until
+        # then; docs/sending-policy.md, "Health governor").
+        "healthChangedAt": iso(instance.health_changed_at),
+        "coldContactsPausedUntil": iso(instance.cold_paused_until),
     }
 
 

@@ -129,7 +129,14 @@ _INSTANCE_FIELDS: dict[str, Any] = {
     "sendProfile": serializers.ChoiceField(choices=["unofficial", "official"], help_text="How the number is paced"),
     "sendPolicy": serializers.DictField(help_text="The policy's values in force: the profile's defaults and the overrides"),
     "sendPolicyOverrides": serializers.DictField(help_text="This number's own values"),
-    "healthState": serializers.ChoiceField(choices=["healthy", "at_risk", "resting", "restricted"]),
+    "healthState": serializers.ChoiceField(
+        choices=["healthy", "at_risk", "resting", "restricted"],
+        help_text="The health governor's judgement of the number: at_risk cuts its caps, resting and restricted hold "
+        "its sends (docs/sending-policy.md)"),
+    "healthChangedAt": serializers.DateTimeField(allow_null=True, help_text="When the health state last changed"),
+    "coldContactsPausedUntil": serializers.DateTimeField(
+        allow_null=True, help_text="The end of a cooling period (after a 463 on a cold contact): until then the "
+        "number writes to no recipient it never exchanged a message with; null: none (it may have passed)"),
 }
 Instance = inline_serializer("Instance", dict(_INSTANCE_FIELDS))
 InstanceList = inline_serializer("InstanceList", {"data": inline_serializer("InstanceItem", dict(_INSTANCE_FIELDS), many=True)})

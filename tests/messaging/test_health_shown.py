@@ -53,3 +53,14 @@ def test_the_dashboard_shows_each_instances_health_and_its_last_change(alice, al
     assert shown.startswith("healthy → at risk") and "WhatsApp refused a message to a new contact (463)" in shown
     assert "no new contacts until" in shown
     assert 'class="badge health-healthy" id="health-alice-main"' in page
+
+
+def test_the_api_shows_the_state_its_last_change_and_a_cooling_period(alice, number):
+    row = next(r for r in alice.client().get("/v1/instances").json()["data"] if r["name"] == "alice-phone")
+    assert (row["healthState"], row["healthChangedAt"], row["coldContactsPausedUntil"]) == ("healthy", None, None)
+    number.refresh_from_db()
+    now = timezone.now()
+    governor._apply(number, "at_risk", "cold_contact_errors", {"errors": 1}, now + timedelta(hours=20),
+                    governor.GOVERNOR, now)
+    row = next(r for r in alice.client().get("/v1/instances").json()["data"] if r["name"] == "alice-phone")
+    assert row["healthState"] == "at_risk" and row["healthChangedAt"] and row["coldContactsPausedUntil"]
