@@ -21,7 +21,7 @@ from psycopg_pool import PoolTimeout
 from pilot_status import metrics
 from pilot_status.database import checking_connection, release_while_waiting
 
-from .. import consent, governor, health, lifecycle, test_numbers
+from .. import consent, governor, lifecycle, test_numbers
 from ..choices import WaitingReason
 from ..models import EventKind, FailureReason, Instance, Message, Status
 from ..writes import TimelineLine
@@ -217,14 +217,6 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
     """Wait for the instance's next send slot (sending.pacing); False when it is too far away and the
     message went back to Postgres, due at that slot, with no attempt used."""
     instance = route.instance
-    if health.sends_nothing(instance.health_state):
-        # A resting or restricted official number sends nothing either (messaging.governor); looked at again soon.
-        forget_probe(instance, route)
-        metrics.messages(f"held:{instance.health_state}:{message.lane}")
-        until = timezone.now() + policy.real(policy.RESTING_RECHECK_S, slots.scale())
-        lifecycle.requeue(message, token, min(until, message.deliver_until), EventKind.WAITING,
-                          detail={"why": instance.health_state, "instance": instance.name})
-        return False
     if not take_pair_slot(message, token, route):
         return False
     wait = pacing.send_slot(instance.pk, policy.official_rate(instance), priority=message.lane == "otp")
