@@ -1,6 +1,6 @@
 """Sign-in throttling with django-axes (issue 21): the lockout page, and what a sign-in is counted under.
 
-settings.py wires these in (AXES_LOCKOUT_CALLABLE, AXES_USERNAME_CALLABLE, AXES_CLIENT_IP_CALLABLE,
+settings/security.py wires these in (AXES_LOCKOUT_CALLABLE, AXES_USERNAME_CALLABLE, AXES_CLIENT_IP_CALLABLE,
 AXES_HANDLER). Axes writes what it counts to Postgres, so each value here is made storable first: a
 malformed sign-in is a failed sign-in, never a 500.
 

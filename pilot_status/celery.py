@@ -70,7 +70,7 @@ def lane_for(category: str) -> str:
 
 
 # Read from the environment directly: touching django.conf.settings while this module is imported
-# (from pilot_status/__init__) would load the settings module half-imported. settings.py
+# (from pilot_status/__init__) would load the settings module half-imported. The settings package
 # validates the same variables (and documents them) at start-up.
 def _period(name: str, default: float) -> float:
     return float(os.environ.get(name) or default)

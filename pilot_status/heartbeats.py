@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 KEY = "ps:maintenance:heartbeats"
 PROCESS_PREFIX = "ps:heartbeat:"
 PROCESS_INDEX = "ps:heartbeats"
-# HEARTBEAT_STALE_SECONDS's default (settings.py), also read by heartbeat_check without Django.
+# HEARTBEAT_STALE_SECONDS's default (settings/base.py), also read by heartbeat_check without Django.
 DEFAULT_STALE_SECONDS = 30.0
 
 

@@ -6,8 +6,8 @@ every process refuses to start with it; so does `ALLOWED_HOSTS=*`. The refusal i
 stderr naming the variable, and the exit status is 3, which is also gunicorn's "worker failed to
 boot": its master stops instead of forking new workers that fail the same way.
 
-settings.py imports this module before anything else of the project is configured, so it only
-uses the standard library.
+pilot_status/settings/security.py, which the settings package imports first, applies these rules
+before anything else of the project is configured, so this module only uses the standard library.
 """
 
 from __future__ import annotations

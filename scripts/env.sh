@@ -131,7 +131,7 @@ _pilot_env() {
     # The webhook pool (Procfile `webhook`): Evolution's events and our own forwards, kept off
     # the client API's workers. PORT+1 is never one honcho hands out (it steps by 100).
     _pilot_default WEBHOOK_PORT "$((PORT + 1))"
-    # Fixed here, not derived in settings.py: honcho gives every process its own PORT (web keeps
+    # Fixed here, not derived in the settings: honcho gives every process its own PORT (web keeps
     # the first), so the consumer and the reconciler would otherwise forward to a port no one has.
     # seed_demo also registers this URL as the simulator's webhook.
     _pilot_default INTERNAL_WEBHOOK_URL "http://127.0.0.1:$WEBHOOK_PORT/api/internal/webhook"
