@@ -1,12 +1,13 @@
 """docs/settings.md, the table of every environment variable the product reads, made from the settings' code.
 
-Each setting is read in the settings modules through pilot_status.envparse (`envint("NAME", default, ...)`) with
-the comment above it saying what it does; this module reads those modules' source (it imports nothing, so a
-setting that fails start-up still gets documented) and renders one row per variable: its type, default,
-bounds and the comment. A setting with no comment of its own shares the comment of the block it sits in. So
-the docs and the code cannot disagree: `manage.py settings_reference` writes the page, `--check` says whether
-it is current (tests/pilot_status/test_settings_reference.py), and a variable without a comment fails that
-test.
+Each setting is read in a module of the settings package (pilot_status/settings/: one module per concern, in
+the order its __init__ imports them) through pilot_status.envparse (`envint("NAME", default, ...)`) with the
+comment above it saying what it does; this module reads those modules' source (it imports nothing, so a
+setting that fails start-up still gets documented) and renders one table per module, one row per variable:
+its type, default, bounds and the comment. A setting with no comment of its own shares the comment of the
+block it sits in. So the docs and the code cannot disagree: `manage.py settings_reference` writes the page,
+`--check` says whether it is current (tests/pilot_status/test_settings_reference.py), and a variable without
+a comment fails that test.
 """
 
 from __future__ import annotations
@@ -18,8 +19,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "settings.md"
 
-# The settings modules, in the page's order: (section title, path from the repository's root).
-SOURCES: tuple[tuple[str, str], ...] = (("Settings", "pilot_status/settings.py"),)
+PACKAGE = ROOT / "pilot_status" / "settings"
+
+
+def modules() -> list[Path]:
+    """The settings package's modules in the order its __init__ imports them (`from .name import *`): the
+    page's order, so a module added to the package is documented once it is imported."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    return [
+        PACKAGE / f"{statement.module}.py" for statement in tree.body
+        if isinstance(statement, ast.ImportFrom) and statement.level == 1 and statement.module
+        and [alias.name for alias in statement.names] == ["*"]
+    ]
+
+
+def concern(path: Path) -> tuple[str, str]:
+    """A module's section title and lead: its docstring's words before the first colon, and the rest of its
+    first paragraph."""
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or path.stem
+    paragraph = " ".join(docstring.split("\n\n", 1)[0].split())
+    title, _, lead = paragraph.partition(": ")
+    return title, lead
+
 
 # What each envparse reader takes: the variable's type as the page shows it, and the keyword bounds it checks.
 READERS = {
@@ -149,9 +170,11 @@ def render() -> str:
         "(docs/security.md).",
         "",
     ]
-    for title, relative in SOURCES:
-        out += [f"## {title} (`{relative}`)", "", "| variable | type | default | bounds | what it does |", "|---|---|---|---|---|"]
-        for setting in read(ROOT / relative):
+    for path in modules():
+        title, lead = concern(path)
+        out += [f"## {title} (`{path.relative_to(ROOT)}`)", "", f"{lead[:1].upper()}{lead[1:]}", ""]
+        out += ["| variable | type | default | bounds | what it does |", "|---|---|---|---|---|"]
+        for setting in read(path):
             out.append(
                 f"| `{setting.variable}` | {setting.kind} | {_cell(setting.default)} | {_cell(setting.bounds)} | {_cell(setting.description)} |"
             )
@@ -166,4 +189,4 @@ def _cell(text: str) -> str:
 
 
 def settings() -> list[Setting]:
-    return [setting for _, relative in SOURCES for setting in read(ROOT / relative)]
+    return [setting for path in modules() for setting in read(path)]

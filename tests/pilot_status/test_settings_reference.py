@@ -46,3 +46,21 @@ def test_a_settings_module_renders_types_defaults_bounds_and_comments(tmp_path: 
     assert rows["URL"].description == ""  # other code stands between it and the comment
     assert (rows["URL"].default, rows["URL"].bounds) == ("required", "scheme http or https")
     assert (rows["KEY"].kind, rows["KEY"].default, rows["KEY"].bounds) == ("secret", "required", "length >= 32")
+
+
+def test_the_page_has_a_table_per_settings_module_in_the_package_order() -> None:
+    # Every module of the package is imported by its __init__ (so Django sees it and the page documents it),
+    # and security comes first: production mode's refusals run before any other variable is read.
+    modules = settings_reference.modules()
+    assert sorted(path.name for path in modules) == sorted(
+        path.name for path in settings_reference.PACKAGE.glob("*.py") if path.name != "__init__.py"
+    )
+    assert modules[0].name == "security.py"
+    page = settings_reference.PAGE.read_text()
+    headings = re.findall(r"^## .*\(`(pilot_status/settings/[a-z_]+\.py)`\)$", page, flags=re.MULTILINE)
+    assert headings == [str(path.relative_to(ROOT)) for path in modules]
+
+
+def test_every_variable_is_documented_once() -> None:
+    variables = [setting.variable for setting in settings_reference.settings()]
+    assert sorted({name for name in variables if variables.count(name) > 1}) == []
