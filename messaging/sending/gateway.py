@@ -279,8 +279,18 @@ def recipient_jids(instance: str, to: str) -> list[str]:
 def find_by_id(instance: str, key_id: str) -> list[dict[str, Any]]:
     """Our outgoing records with WhatsApp id `key_id` (findMessages where key.id), whatever their text and chat:
     none when Evolution has no such message. Raises CannotTell when Evolution could not be asked."""
+    records, _ = _find_messages(instance, {"where": {"key": {"id": key_id}}, "page": 1, "offset": 10})
+    return [
+        record for record in records
+        if isinstance(record, dict) and isinstance(record.get("key"), dict)
+        and record["key"].get("id") == key_id and record["key"].get("fromMe") is True
+    ]
+
+
+def _find_messages(instance: str, query: dict[str, Any]) -> tuple[list[Any], int | None]:
+    """One page of Evolution's findMessages for `query`: its records and the total it reports (None if it reports
+    none). Raises CannotTell when Evolution could not be asked or gave no list of records."""
     url = f"{settings.EVOLUTION_API_URL}/chat/findMessages/{instance}"
-    query = {"where": {"key": {"id": key_id}}, "page": 1, "offset": 10}
     try:
         response = _session().post(url, json=query, timeout=_timeout(budget.CHECK_READ_TIMEOUT))
     except requests.RequestException as exc:
@@ -292,11 +302,8 @@ def find_by_id(instance: str, key_id: str) -> list[dict[str, Any]]:
     records = page.get("records") if isinstance(page, dict) else None
     if not isinstance(records, list):
         raise CannotTell("findMessages: no records in the answer")
-    return [
-        record for record in records
-        if isinstance(record, dict) and isinstance(record.get("key"), dict)
-        and record["key"].get("id") == key_id and record["key"].get("fromMe") is True
-    ]
+    total = page.get("total")
+    return records, total if isinstance(total, int) else None
 
 
 def _iso(epoch: float) -> str:
@@ -317,7 +324,6 @@ def find_sent_candidates(instance: str, to: str, text: str, since_epoch: float, 
 
     Returns them (possibly none); raises CannotTell when Evolution could not be asked or answered
     more than one page (a record could hide on the next one)."""
-    url = f"{settings.EVOLUTION_API_URL}/chat/findMessages/{instance}"
     since, until = math.floor(since_epoch), math.ceil(until_epoch)
     found: dict[str, dict[str, Any]] = {}
     jids = recipient_jids(instance, to)
@@ -330,19 +336,9 @@ def find_sent_candidates(instance: str, to: str, text: str, since_epoch: float, 
             "page": 1,
             "offset": 50,
         }
-        try:
-            response = _session().post(url, json=query, timeout=_timeout(budget.CHECK_READ_TIMEOUT))
-        except requests.RequestException as exc:
-            raise CannotTell(f"findMessages: {exc}") from exc
-        if response.status_code not in (200, 201):
-            raise CannotTell(f"findMessages: HTTP {response.status_code}")
-        body = _parse(response)
-        page = (body.get("messages") if isinstance(body, dict) else None) or {}
-        records = page.get("records") if isinstance(page, dict) else None
-        if not isinstance(records, list):
-            raise CannotTell("findMessages: no records in the answer")
-        if isinstance(page.get("total"), int) and page["total"] > len(records):
-            raise CannotTell(f"findMessages: {page['total']} records in the window, more than one page")
+        records, total = _find_messages(instance, query)
+        if total is not None and total > len(records):
+            raise CannotTell(f"findMessages: {total} records in the window, more than one page")
         for record in records:
             if not isinstance(record, dict):
                 continue
