@@ -466,18 +466,24 @@ _OPT_OUT_READ = """
 """
 
 
-def _opt_out_rows(after: int, seen: list[int]) -> Read:
+def _rows_by_time(sql: str, after: int, time_column: int) -> Read:
+    """One batch of a read whose cursor is a time (`sql` takes since, until and batch; `time_column` is the
+    row's time, the order of the read)."""
     since = _from_micros(after) if after else timezone.now() - SKEW
     read_at = timezone.now()
     with connection.cursor() as db:
-        db.execute(_OPT_OUT_READ, {"since": since, "until": read_at, "batch": BATCH})
+        db.execute(sql, {"since": since, "until": read_at, "batch": BATCH})
         rows = db.fetchall()
     # The candidate position is SKEW behind our clock (the writers' clocks may lag), and never past
     # the last row of a full read, which may have stopped inside a run of equal times.
     upto = read_at - SKEW
     if len(rows) == BATCH:
-        upto = min(upto, rows[-1][3])
+        upto = min(upto, rows[-1][time_column])
     return Read(rows, [], _micros(upto), len(rows) == BATCH)
+
+
+def _opt_out_rows(after: int, seen: list[int]) -> Read:
+    return _rows_by_time(_OPT_OUT_READ, after, time_column=3)
 
 
 def _opt_out_deliveries(rows: Rows) -> int:
@@ -521,15 +527,7 @@ _UNACKNOWLEDGED_READ = f"""
 
 
 def _unacknowledged_rows(after: int, seen: list[int]) -> Read:
-    since = _from_micros(after) if after else timezone.now() - SKEW
-    read_at = timezone.now()
-    with connection.cursor() as db:
-        db.execute(_UNACKNOWLEDGED_READ, {"since": since, "until": read_at, "batch": BATCH})
-        rows = db.fetchall()
-    upto = read_at - SKEW
-    if len(rows) == BATCH:
-        upto = min(upto, rows[-1][6])
-    return Read(rows, [], _micros(upto), len(rows) == BATCH)
+    return _rows_by_time(_UNACKNOWLEDGED_READ, after, time_column=6)
 
 
 def unacknowledged_payload(message_id: Any, to: str, metadata: Any, sent_at: datetime, at: datetime,
