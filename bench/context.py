@@ -46,6 +46,7 @@ class Context:
         self.sim.reset()
         stop_releases()
         purge_queues()
+        drain_sends()
         empty_tables()
         purge_queues()
         register_all(self.sim, self.world, self.stack.webhook_url, ack_delays_ms=ack_delays_ms)
@@ -63,6 +64,22 @@ def stop_releases() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM messaging_outboxentry")
+
+
+# How long the sends already handed out may take to end: B8's slowest gateway answers in 3 s, and a lane
+# worker's threads may hold a few hundred of them.
+DRAIN_TIMEOUT_S = 90.0
+
+
+def drain_sends(timeout: float = DRAIN_TIMEOUT_S) -> None:
+    """Wait until no message is SENDING: each such send holds row locks until its answer is written, and the
+    TRUNCATE after it would otherwise run out of tries behind hundreds of them (B8 at 3 s latency). With the
+    outbox empty and the queues purged, nothing claims anew, so the count only falls."""
+    from messaging.models import Message
+
+    met, _ = wait_for(lambda: not Message.objects.filter(status="SENDING").exists(), timeout)
+    if not met:
+        DISTURBANCES.append(f"{time.strftime('%H:%M:%S')} sends still SENDING after {timeout:.0f} s")
 
 
 def purge_queues() -> None:
