@@ -234,3 +234,79 @@ def test_a_claim_that_sends_nothing_frees_its_number(alice, number):
     Message.objects.filter(pk=late).update(deliver_until=timezone.now())
     assert worker.send_one(late) == "expired"
     assert SendSchedule.objects.get(instance=number).reserved_by is None
+
+
+def out_of_cold_contacts(instance) -> None:
+    """A new number that wrote to its first day's 10 cold contacts: its warm-up's cold quota is used up."""
+    now = timezone.now()
+    SendSchedule.objects.create(instance=instance, first_send_at=now, hour_started_at=now, hour_sent=10,
+                                day_started_at=now, day_sent=10, day_cold=10)
+
+
+def knows(instance, phone: str) -> None:
+    Contact.objects.create(instance=instance, phone=phone, last_exchange_at=timezone.now(), last_direction="inbound")
+
+
+def test_the_relay_holds_cold_contacts_at_the_cold_quota_naming_it_not_pacing(alice, number):
+    out_of_cold_contacts(number)
+    ids = queue(alice, "MARKETING", 3, to="+5511977776666")
+    Message.objects.filter(pk__in=ids).update(deliver_until=timezone.now() + timedelta(days=3))
+    assert release("marketing").released == 0  # none of them may go: the number is not reserved for one
+    assert SendSchedule.objects.get(instance=number).reserved_by is None
+    for message_id in ids:
+        shown = body(alice, message_id)
+        assert shown["waitingReason"] == "warming_up"
+        assert [line["detail"]["why"] for line in shown["events"] if line["type"] == "WAITING"] == ["warming_up"]
+        # Due when the number may write to a cold contact again (the end of its day), not a gap later.
+        entry = OutboxEntry.objects.get(message_id=message_id)
+        assert entry.available_at >= timezone.now() + timedelta(hours=23)
+
+
+def test_a_message_the_cold_quota_held_expires_naming_the_cold_limit(alice, number):
+    from messaging import reconciler
+
+    out_of_cold_contacts(number)
+    ids = queue(alice, "MARKETING", 2, to="+5511977776666")
+    Message.objects.filter(pk__in=ids).update(deliver_until=timezone.now() + timedelta(days=3))
+    release("marketing")
+    # Time passes: their deadline comes before the number's cold quota frees up.
+    Message.objects.filter(pk__in=ids).update(deliver_until=timezone.now())
+    assert reconciler.expire_overdue() == 2
+    for message_id in ids:
+        shown = body(alice, message_id)
+        assert (shown["status"], shown["failureReason"]) == ("FAILED", "EXPIRED")
+        assert "warming_up" in shown["failureDetail"] and "pacing" not in shown["failureDetail"]
+
+
+def test_a_cold_contact_the_quota_holds_past_its_deadline_fails_at_the_relay_naming_the_limit(alice, number):
+    out_of_cold_contacts(number)
+    [message_id] = queue(alice, "MARKETING", 1, to="+5511977776666")
+    Message.objects.filter(pk=message_id).update(deliver_until=timezone.now() + timedelta(hours=2))
+    assert release("marketing").released == 0
+    shown = body(alice, message_id)
+    # As the worker's claim says it: no number of the project may reach the recipient before its deliverUntil.
+    assert (shown["status"], shown["failureReason"]) == ("FAILED", "NO_WARM_INSTANCE")
+    assert "warming_up" in shown["failureDetail"] and "pacing" not in shown["failureDetail"]
+
+
+def test_a_warm_message_does_not_wait_behind_a_cold_one_the_quota_holds(simulator, alice, number):
+    open_on_simulator(simulator, number)
+    out_of_cold_contacts(number)
+    [cold] = queue(alice, "MARKETING", 1, to="+5511977776666")
+    Message.objects.filter(pk=cold).update(deliver_until=timezone.now() + timedelta(days=3))
+    [warm] = queue(alice, "MARKETING", 1)
+    knows(number, alice.project.test_number)
+    assert release("marketing").released == 1
+    assert str(SendSchedule.objects.get(instance=number).reserved_by) == warm
+    assert body(alice, cold)["waitingReason"] == "warming_up"
+    assert worker.send_one(warm) == "sent"
+
+
+def test_a_cold_contact_another_number_may_take_is_released_for_the_sticky_sender(simulator, alice, number):
+    other = add_instance(alice.project, "alice-other", priority=20, profile="unofficial")
+    open_on_simulator(simulator, number, other)
+    out_of_cold_contacts(number)
+    [cold] = queue(alice, "MARKETING", 1, to="+5511977776666")
+    assert release("marketing").released == 1
+    assert worker.send_one(cold) == "sent"
+    assert Message.objects.get(pk=cold).instance == other
