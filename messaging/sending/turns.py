@@ -64,8 +64,8 @@ def take(message: Message, token: uuid.UUID, instance: Instance) -> Turn | str:
     if verdict.until >= message.deliver_until and unreachable:
         # The sticky sender found no number that knows the recipient or may still write to a stranger.
         lifecycle.fail(message, FailureReason.NO_WARM_INSTANCE,
-                       f"no number of the project knows {message.to} or has cold contacts left before deliverUntil "
-                       f"({verdict.reason} on {instance.name} until {verdict.until.isoformat()})", lease_token=token)
+                       human_pace.no_warm_detail(message.to, verdict.reason, instance.name, verdict.until),
+                       lease_token=token)
         return "failed"
     if verdict.until >= message.deliver_until:
         lifecycle.fail(message, FailureReason.EXPIRED, human_pace.expired_detail(verdict.reason, verdict.until),

@@ -132,3 +132,13 @@ def test_a_cold_contact_leaves_a_cooling_number_for_one_that_may_write_to_strang
     message = Message.objects.get(pk=message_id)
     assert message.instance == second
     assert events(message, "REROUTED")[0]["why"] == "no cold contacts left on its number"
+
+
+def test_known_pairs_reads_a_whole_pass_in_one_query(alice, numbers, django_assert_num_queries):
+    first, second = numbers
+    exchanges.received(first.name, "+5531999999999", timezone.now())
+    # Brazil's ninth digit either way: the jid's form without it is the same recipient.
+    with django_assert_num_queries(1):
+        known = exchanges.known_pairs([(first.pk, "+553199999999"), (second.pk, "+5531999999999"),
+                                       (first.pk, RECIPIENT)])
+    assert known == {(first.pk, "+553199999999")}
