@@ -134,13 +134,59 @@ def test_a_restricted_number_holds_its_sends_as_restricted(alice, number):
     assert body(alice, message_id)["waitingReason"] == "restricted"
 
 
-def test_a_resting_official_number_keeps_sending(simulator, alice, alice_instance):
-    # Meta's own rules pace a Cloud API number: its health is shown and reported, its sends are not held.
+def test_a_resting_official_number_holds_its_sends_until_its_deadline_names_it(simulator, alice, alice_instance):
+    from messaging import reconciler
+
     open_on_simulator(simulator, alice_instance)
     Instance.objects.filter(pk=alice_instance.pk).update(health_state="resting")
     [message_id] = queue(alice, "UTILITY", 1)
+    assert release().released == 1  # an official number's relay paces its throughput: its worker asks its health
+    assert worker.send_one(message_id) == "held"
+    shown = body(alice, message_id)
+    assert shown["waitingReason"] == "resting"
+    assert [line["detail"]["why"] for line in shown["events"] if line["type"] == "WAITING"] == ["resting"]
+    assert sends_ok(simulator, alice_instance.name) == []
+    Message.objects.filter(pk=message_id).update(deliver_until=timezone.now())
+    assert reconciler.expire_overdue() == 1
+    shown = body(alice, message_id)
+    assert (shown["status"], shown["failureReason"]) == ("FAILED", "EXPIRED") and "resting" in shown["failureDetail"]
+
+
+def test_a_restricted_official_number_holds_its_sends_as_restricted(simulator, alice, alice_instance):
+    open_on_simulator(simulator, alice_instance)
+    Instance.objects.filter(pk=alice_instance.pk).update(health_state="restricted")
+    [message_id] = queue(alice, "OTP", 1)
+    assert release("otp").released == 1
+    assert worker.send_one(message_id) == "held"
+    assert body(alice, message_id)["waitingReason"] == "restricted"
+    assert sends_ok(simulator, alice_instance.name) == []
+
+
+def test_an_official_number_held_by_its_health_sends_again_once_healthy(simulator, alice, alice_instance):
+    open_on_simulator(simulator, alice_instance)
+    Instance.objects.filter(pk=alice_instance.pk).update(health_state="resting")
+    [message_id] = queue(alice, "UTILITY", 1)
+    release()
+    assert worker.send_one(message_id) == "held"
+    Instance.objects.filter(pk=alice_instance.pk).update(health_state="at_risk")  # the governor's ramp back
+    OutboxEntry.objects.filter(message_id=message_id).update(available_at=timezone.now())
+    Message.objects.filter(pk=message_id).update(next_attempt_at=timezone.now())
     assert release().released == 1
     assert worker.send_one(message_id) == "sent"
+
+
+def test_an_official_number_deleted_at_the_gateway_fails_instance_not_found_though_its_logout_rests_it(
+        simulator, alice, alice_instance):
+    # Evolution logs a deleted instance out first (connection.update close 401): the governor rests the number. Its
+    # messages still meet Evolution's 404 and fail INSTANCE_NOT_FOUND, not a hold that lasts until their deadline.
+    alice_instance.refresh_from_db()
+    governor.connection(alice_instance, "close", 401, alice_instance.set_connection_state("close"))
+    assert Instance.objects.get(pk=alice_instance.pk).health_state == "resting"
+    [message_id] = queue(alice, "UTILITY", 1)  # the simulator never heard of alice-main: 404 to every call
+    assert release().released == 1
+    assert worker.send_one(message_id) == "failed"
+    message = Message.objects.get(pk=message_id)
+    assert (message.status, message.failure_reason) == ("FAILED", "INSTANCE_NOT_FOUND")
 
 
 def test_a_number_at_risk_sends_half_its_caps(alice, number):
