@@ -210,6 +210,10 @@ def _send_text(instance: str, to: str, text: str, delay_ms: int, message_id: str
     return Outcome(**{**outcome.__dict__, "elapsed_ms": int(response.elapsed.total_seconds() * 1000)})
 
 
+# What connection_state answers for an instance Evolution does not have (404): deleted, or never created.
+MISSING = "missing"
+
+
 def connection_state(instance: str) -> str | None:
     """open / connecting / close, "missing" for an unknown instance, or None when Evolution is unreachable."""
     url = f"{settings.EVOLUTION_API_URL}/instance/connectionState/{instance}"
@@ -218,7 +222,7 @@ def connection_state(instance: str) -> str | None:
     except requests.RequestException:
         return None
     if response.status_code == 404:
-        return "missing"
+        return MISSING
     if response.status_code != 200:
         return None
     body = _parse(response)

@@ -21,7 +21,7 @@ from psycopg_pool import PoolTimeout
 from pilot_status import metrics
 from pilot_status.database import checking_connection, release_while_waiting
 
-from .. import consent, governor, lifecycle, test_numbers
+from .. import consent, governor, health, lifecycle, test_numbers
 from ..choices import WaitingReason
 from ..models import EventKind, FailureReason, Instance, Message, Status
 from ..writes import TimelineLine
@@ -217,6 +217,8 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
     """Wait for the instance's next send slot (sending.pacing); False when it is too far away and the
     message went back to Postgres, due at that slot, with no attempt used."""
     instance = route.instance
+    if not health_allows(message, token, route):
+        return False
     if not take_pair_slot(message, token, route):
         return False
     wait = pacing.send_slot(instance.pk, policy.official_rate(instance), priority=message.lane == "otp")
@@ -232,6 +234,22 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
         release_while_waiting()
         time.sleep(wait)
     return True
+
+
+def health_allows(message: Message, token: uuid.UUID, route: routing.Route) -> bool:
+    """A resting or restricted official number sends nothing either (messaging.governor): False when the message went
+    back to Postgres, WAITING `resting`/`restricted`, looked at again a policy minute later, no attempt used. An
+    instance Evolution says it does not have (connectionState 404) is not held: Evolution logs a deleted instance out
+    first, and its messages must meet the 404 of the send and fail INSTANCE_NOT_FOUND, not wait for their deadline."""
+    instance = route.instance
+    if not health.sends_nothing(instance.health_state) or instance_state.current(instance) == gateway.MISSING:
+        return True
+    forget_probe(instance, route)
+    metrics.messages(f"held:{instance.health_state}:{message.lane}")
+    until = timezone.now() + policy.real(policy.RESTING_RECHECK_S, slots.scale())
+    lifecycle.requeue(message, token, min(until, message.deliver_until), EventKind.WAITING,
+                      detail={"why": instance.health_state, "instance": instance.name})
+    return False
 
 
 def take_pair_slot(message: Message, token: uuid.UUID, route: routing.Route) -> bool:

@@ -99,7 +99,9 @@ def test_a_reconnect_releases_the_backlog_at_the_instance_pace(stack, simulator,
     alice_instance.send_rate_per_second = rate
     alice_instance.save()
     simulator.register(alice_instance, stack.webhook_url)
-    simulator.instance(alice_instance.name, state="close")
+    # A dropped connection (Baileys' 428, connection closed), not a logout: a logged-out number rests
+    # (docs/sending-policy.md, "Health governor"), official or not.
+    simulator.instance(alice_instance.name, state="close", status_reason=428)
     opt_ins.record(alice.project, RECIPIENT, "form")
     ids = [api_send(stack, alice, text=f"backlog {i}") for i in range(16)]
     wait_until(lambda: Message.objects.filter(pk__in=ids, events__kind="WAITING").distinct().count() == 16,
