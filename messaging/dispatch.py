@@ -75,7 +75,8 @@ ORDER BY c.turn, p.pid
 # statistics right after a bulk insert) may read the whole message table on every pass.
 _CANDIDATE_MESSAGES = """
 SELECT m.id, m.instance_id, (i.send_policy->>'rate_per_second')::float8, i.send_rate_per_second,
-       m.next_attempt_at > %(now)s, i.send_profile = 'unofficial', m.deliver_until
+       m.next_attempt_at > %(now)s, i.send_profile = 'unofficial', m.deliver_until,
+       m."to", m.requested_instance <> '', m.category
 FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
 WHERE m.id = ANY(%(ids)s)
 """
@@ -123,6 +124,11 @@ class Candidate:
     early: bool = False  # made due before its message's next_attempt_at (a reconnect)
     human: bool = False  # an unofficial number: released one at a time by its sending policy (human_pace)
     deliver_until: datetime | None = None
+    # Its recipient, as human_pace judges it: a cold contact of its number or not, and whether the sticky sender may
+    # move it (its client did not name the instance; MARKETING goes through no shared number).
+    to: str = ""
+    pinned: bool = False
+    category: str = ""
 
 
 class TurnOrder:
@@ -230,7 +236,8 @@ def round_robin_candidates(lane: str, now: datetime, slots: int) -> tuple[list[C
     rows = [
         Candidate(pk, str(mid), messages[mid][0], policy.rate(messages[mid][1], messages[mid][2], default),
                   project_id=pid, turn=turn, early=messages[mid][3], human=messages[mid][4],
-                  deliver_until=messages[mid][5])
+                  deliver_until=messages[mid][5], to=messages[mid][6], pinned=messages[mid][7],
+                  category=messages[mid][8])
         for pk, mid, pid, turn in turns
         if mid in messages
     ]

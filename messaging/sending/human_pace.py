@@ -5,8 +5,8 @@ For the numbers among a pass's candidates the relay reads their schedules, asks 
 whether each may send now, and reserves each one that may for its first candidate (messaging.sending.slots: compare-
 and-set, so two relays never release two sends for one number). Every other candidate is held: its outbox entry is
 due when its number may send (its next slot, the end of a full window), never past its deliverUntil, and its message
-gets a WAITING line when its reason changes (`lifecycle.hold`). The relay knows each candidate's recipient (one
-query per pass, messaging.exchanges.known_pairs): a cold contact counts against its number's cold-contact quota, so a
+gets a WAITING line when its reason changes (`lifecycle.hold`). The relay knows each candidate's recipient (its
+numbers' exchanges with them: one query per pass, messaging.exchanges.known_pairs): a cold contact counts against its number's cold-contact quota, so a
 message that quota holds says so, and does not keep the number from a message behind it to a known recipient. The
 worker decides again at the claim.
 """
@@ -34,6 +34,10 @@ class Candidate(Protocol):
     message_id: str
     instance_id: int
     deliver_until: datetime | None
+    project_id: int
+    to: str
+    pinned: bool  # its client named the instance: the sticky sender never moves it
+    category: str
 
 
 @dataclass(frozen=True)
@@ -44,16 +48,6 @@ class Hold:
     expire: bool = False  # its number may not send before its deliverUntil: it fails now, naming the limit
     failure: str = FailureReason.EXPIRED
     detail: str = ""
-
-
-@dataclass(frozen=True)
-class Recipient:
-    """What the relay reads of a candidate's message to judge its recipient."""
-
-    to: str
-    pinned: bool  # its client named the instance: the sticky sender never moves it
-    project_id: int
-    category: str
 
 
 def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple[list[Any], dict[Any, Hold]]:
@@ -70,9 +64,8 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
     numbers = {row["id"]: row for row in Instance.objects.filter(pk__in=list(by_number)).values(
         "id", "name", "send_policy", "health_state", "cold_paused_until")}
     standings = slots.standings(list(by_number), now)
-    recipients = _recipients(candidates)
-    known = exchanges.known_pairs((c.instance_id, recipients[c.message_id].to) for c in candidates)
-    cold = {c.message_id for c in candidates if (c.instance_id, recipients[c.message_id].to) not in known}
+    known = exchanges.known_pairs((c.instance_id, c.to) for c in candidates)
+    cold = {c.message_id for c in candidates if (c.instance_id, c.to) not in known}
     others = _OtherNumbers()
     scale = slots.scale()
     wanted: dict[int, Any] = {}
@@ -82,9 +75,9 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
         standing = standings[number]
         name = numbers[number]["name"]
         health = governor.policy_terms(numbers[number]["health_state"], numbers[number]["cold_paused_until"])
+        # The policy's verdict for a known recipient, and for a cold contact when one is among the number's candidates.
         plain = {is_cold: policy.decide(values, standing.schedule, now, scale, cold=is_cold, **health)
-                 for is_cold in {c.message_id in cold for c in rows}}
-        may_send = policy.decide(values, standing.schedule, now, scale, cold=False, **health).now
+                 for is_cold in {False} | {c.message_id in cold for c in rows}}
         gap = policy.Verdict(now + policy.real(values["gap_min_seconds"], scale), WaitingReason.PACING)
         # One send at a time: the next cannot start before this one ends and its gap has passed.
         verdicts = {is_cold: gap if verdict.now and standing.in_flight else verdict for is_cold, verdict in plain.items()}
@@ -94,12 +87,12 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
 
         def cold_only(row: Any) -> bool:
             """Held by a limit on cold contacts alone (the quota, a cooling period): the number may send otherwise."""
-            return row.message_id in cold and may_send and not plain[True].now
+            return row.message_id in cold and plain[False].now and not plain[True].now
 
         def may_go(row: Any) -> bool:
             if own(row).now:
                 return True
-            return cold_only(row) and not standing.in_flight and others.may_take(number, recipients[row.message_id])
+            return cold_only(row) and not standing.in_flight and others.may_take(number, row)
 
         chosen = next((row for row in rows if may_go(row)), None)
         for row in rows:
@@ -108,7 +101,7 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
                     wanted[number] = row
                 # else no room in the lane this pass: still due, held back like any other
             elif not may_go(row):
-                holds[row] = _hold(row, own(row), name, recipients[row.message_id].to if cold_only(row) else None)
+                holds[row] = _hold(row, own(row), name, row.to if cold_only(row) else None)
             elif number in wanted:
                 holds[row] = _hold(row, gap, name)  # behind the one released: the next slot at the earliest
     reserved = slots.reserve({number: row.message_id for number, row in wanted.items()}, now,
@@ -119,12 +112,6 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
     return [row for number, row in wanted.items() if number in reserved], holds
 
 
-def _recipients(candidates: list[Any]) -> dict[str, Recipient]:
-    rows = Message.objects.filter(pk__in=[c.message_id for c in candidates]).values_list(
-        "id", "to", "requested_instance", "project_id", "category")
-    return {str(pk): Recipient(to, bool(pinned), project, category) for pk, to, pinned, project, category in rows}
-
-
 class _OtherNumbers:
     """Whether another open number might take a message from its own (the sticky sender's fallbacks, as
     rules.fallback_instances finds them: the project's own, then for non-MARKETING the shared ones). Read once per
@@ -133,14 +120,14 @@ class _OtherNumbers:
     def __init__(self) -> None:
         self.open: list[tuple[int, int | None]] | None = None
 
-    def may_take(self, number: int, recipient: Recipient) -> bool:
-        if recipient.pinned:
+    def may_take(self, number: int, candidate: Any) -> bool:
+        if candidate.pinned:
             return False
         if self.open is None:
             self.open = list(Instance.objects.filter(connection_state=ConnectionState.OPEN).values_list(
                 "id", "project_id"))
-        return any(other != number and (project == recipient.project_id
-                                         or project is None and recipient.category != Category.MARKETING)
+        return any(other != number and (project == candidate.project_id
+                                         or project is None and candidate.category != Category.MARKETING)
                    for other, project in self.open)
 
 
