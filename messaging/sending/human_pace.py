@@ -6,9 +6,9 @@ whether each may send now, and reserves each one that may for its first candidat
 and-set, so two relays never release two sends for one number). Every other candidate is held: its outbox entry is
 due when its number may send (its next slot, the end of a full window), never past its deliverUntil, and its message
 gets a WAITING line when its reason changes (`lifecycle.hold`). The relay knows each candidate's recipient (its
-numbers' exchanges with them: one query per pass, messaging.exchanges.known_pairs): a cold contact counts against its number's cold-contact quota, so a
-message that quota holds says so, and does not keep the number from a message behind it to a known recipient. The
-worker decides again at the claim.
+number's exchanges with them: one query per pass, messaging.exchanges.known_pairs): a cold contact counts against its
+number's cold-contact quota, so a message that quota holds says so, and does not keep the number from a message
+behind it to a known recipient. The worker decides again at the claim.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
                  for is_cold in {False} | {c.message_id in cold for c in rows}}
         gap = policy.Verdict(now + policy.real(values["gap_min_seconds"], scale), WaitingReason.PACING)
         # One send at a time: the next cannot start before this one ends and its gap has passed.
-        verdicts = {is_cold: gap if verdict.now and standing.in_flight else verdict for is_cold, verdict in plain.items()}
+        verdicts = {is_cold: gap if verdict.now and standing.in_flight else verdict
+                    for is_cold, verdict in plain.items()}
 
         def own(row: Any) -> policy.Verdict:
             return verdicts[row.message_id in cold]
