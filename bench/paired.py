@@ -37,10 +37,12 @@ class Device:
     off: Any
 
 
-# The accept-path devices behind a switch, measured on and off. None: the remembered routing and the second
-# validator, measured here, are the product's only paths (bench/findings.md, "One path per job"), and render()
-# shows their kept run (bench/results/paired.json) in docs/benchmarks.md.
-DEVICES: tuple[Device, ...] = ()
+# The accept-path devices behind a switch, measured on and off. The remembered routing and the second validator,
+# measured here before, are the product's only paths now (bench/findings.md, "One path per job"). The metrics
+# carry's other half is the Redis server's work, so Redis's CPU is counted beside Postgres's.
+DEVICES: tuple[Device, ...] = (
+    Device("metrics-carry", "metrics carry", "METRICS_FLUSH_SECONDS", 0),
+)
 
 
 def backend_cpu_ns(pid: int) -> int:
@@ -57,15 +59,16 @@ def verdict(ratios: list[float], threshold: float = THRESHOLD) -> str:
     return "removable"
 
 
-def block(post: Callable[[], int], count: int, backend_pid: int) -> tuple[float, float]:
-    """CPU ms per accept of this process and of its Postgres backend over `count` accepts."""
-    cpu, pg = time.process_time(), backend_cpu_ns(backend_pid)
+def block(post: Callable[[], int], count: int, backend_pid: int, redis_pid: int) -> tuple[float, float, float]:
+    """CPU ms per accept of this process, of its Postgres backend and of the Redis server over `count` accepts."""
+    cpu, pg, rd = time.process_time(), backend_cpu_ns(backend_pid), backend_cpu_ns(redis_pid)
     for _ in range(count):
         post()  # raises on anything but a 202
-    return (time.process_time() - cpu) * 1000 / count, (backend_cpu_ns(backend_pid) - pg) / 1e6 / count
+    return ((time.process_time() - cpu) * 1000 / count, (backend_cpu_ns(backend_pid) - pg) / 1e6 / count,
+            (backend_cpu_ns(redis_pid) - rd) / 1e6 / count)
 
 
-def measure(device: Device, post: Callable[[], int], backend_pid: int, rounds: int, count: int,
+def measure(device: Device, post: Callable[[], int], backend_pid: int, redis_pid: int, rounds: int, count: int,
             log: Callable[[str], None], slice_size: int = SLICE) -> dict[str, Any]:
     from django.test import override_settings
 
@@ -73,19 +76,21 @@ def measure(device: Device, post: Callable[[], int], backend_pid: int, rounds: i
     for r in range(rounds):
         # The round's accepts in slices of `slice_size`, on and off alternating (each pair in the other order
         # from the last): the host's speed drifts within seconds here, and a drift then weighs on both sides.
-        totals = {True: [0.0, 0.0], False: [0.0, 0.0]}
+        totals = {True: [0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0]}
         for i in range(max(1, count // slice_size)):
             for on in ([True, False] if (r + i) % 2 == 0 else [False, True]):
                 with nullcontext() if on else override_settings(**{device.setting: device.off}):
-                    python_ms, postgres_ms = block(post, slice_size, backend_pid)
+                    python_ms, postgres_ms, redis_ms = block(post, slice_size, backend_pid, redis_pid)
                 totals[on][0] += python_ms
                 totals[on][1] += postgres_ms
+                totals[on][2] += redis_ms
         slices = max(1, count // slice_size)
         got = {}
-        for on, (python_ms, postgres_ms) in totals.items():
-            got[on] = (python_ms + postgres_ms) / slices
+        for on, (python_ms, postgres_ms, redis_ms) in totals.items():
+            got[on] = (python_ms + postgres_ms + redis_ms) / slices
             (on_ms if on else off_ms).append({"python": round(python_ms / slices, 4),
-                                              "postgres": round(postgres_ms / slices, 4)})
+                                              "postgres": round(postgres_ms / slices, 4),
+                                              "redis": round(redis_ms / slices, 4)})
         ratios.append(got[False] / got[True])
         log(f"  {device.key} round {r + 1}: on {got[True]:.3f} ms, off {got[False]:.3f} ms ({ratios[-1]:.3f}×)")
     return {"device": device.name, "setting": f"{device.setting}={int(device.off)}", "unit": "accept",
@@ -135,7 +140,10 @@ def run(world: Any, rounds: int, count: int, log: Callable[[str], None] = print)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         backend_pid = cursor.fetchone()[0]
-    devices = [measure(d, post, backend_pid, rounds, count, log) for d in DEVICES]
+    from pilot_status.metrics import redis
+
+    redis_pid = int(redis().info("server")["process_id"])
+    devices = [measure(d, post, backend_pid, redis_pid, rounds, count, log) for d in DEVICES]
     return {"rounds": rounds, "accepts_per_block": count, "devices": devices}
 
 
@@ -152,7 +160,8 @@ def render(result: dict[str, Any]) -> str:
         f"load before {m.get('load_before', '?')}. "
         f"Paired in one process (`python -m bench --paired`), {result['rounds']} rounds. The accept path's devices: "
         f"{result['accepts_per_block']:,} accepts a side a round, on and off alternating every 50, CPU of the process "
-        "(Django's WSGI handler as gunicorn calls it: the whole middleware and view) and of its Postgres backend. "
+        "(Django's WSGI handler as gunicorn calls it: the whole middleware and view), of its Postgres backend "
+        "and, where the run recorded it, of the Redis server. "
         "A device earns its place when off costs more than 5 % (the median round) and no round reads it cheaper "
         "off. The stack-level ablation cannot resolve changes this small on this host, so for these devices this "
         "table decides; the consumer's batched ACKs were decided by B5 in the stack (bench/findings.md).",

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
 
-from bench.__main__ import main
 from bench.paired import DEVICES, render, verdict
 
 
@@ -28,7 +26,11 @@ def test_the_table_gives_each_device_its_cpu_on_and_off_and_its_ratios() -> None
                    "| +20.0 % (+10.0 to +30.0) of B1's CPU per accept | **earns its place** |")
 
 
-def test_with_no_device_left_behind_a_switch_a_paired_run_says_so_and_starts_nothing() -> None:
-    assert DEVICES == ()
-    with pytest.raises(SystemExit, match="no device has a switch to measure"):
-        main(["--paired"])
+def test_the_devices_measured_in_pairs_are_switches_the_product_reads() -> None:
+    from django.conf import settings
+
+    from bench.ablation_table import GONE_WITH_DEVICE, REMOVED
+
+    assert [d.setting for d in DEVICES] == ["METRICS_FLUSH_SECONDS"]
+    for device in DEVICES:
+        assert hasattr(settings, device.setting) and device.setting not in REMOVED and device.setting not in GONE_WITH_DEVICE
