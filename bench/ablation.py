@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .launcher import ROOT, BenchStack, StackConfig
+from .launcher import ROOT, BenchStack, StackConfig, launcher_description
 from .sizes import Sizes
 from .ablation_measure import measure
 from .ablation_table import PLACEBO, REFERENCE, render, summarize
@@ -257,7 +257,7 @@ def main(args: argparse.Namespace, setup_django: Callable[[str], None]) -> int:
     config = StackConfig(database_url, web_workers=args.web_workers, worker_concurrency=args.worker_concurrency,
                          worker_pool=args.worker_pool, log_dir=log_dir, web_args=args.web_args.split())
     results: dict[str, Any] = {
-        "machine": machine.describe(), "sizes": asdict(sizes), "smoke": args.smoke,
+        "machine": {**machine.describe(), "launcher": launcher_description()}, "sizes": asdict(sizes), "smoke": args.smoke,
         "variants": {v.key: {"device": v.device, "env": v.env,
                              "read_by_product": all(read_by_product(name) for name in v.env)} for v in variants},
         "order": [], "slots": {v.key: [] for v in variants},

@@ -11,6 +11,8 @@ from typing import Any
 from .stats import Spread
 
 REFERENCE = "all-on"  # the variant every change is measured against: today's product, every device on
+# What scripts/launch.sh --describe says where it can make no systemd scope (LAUNCH_SLICES then changes nothing).
+NO_SLICES = "no systemd slices on this host"
 PLACEBO = "placebo"  # today's product again under a switch nothing reads: the host's noise between slots
 
 FIGURES = (
@@ -207,6 +209,8 @@ def render(results: dict[str, Any]) -> list[str]:
             judged = "the host's noise: today's product in other slots"
         elif not info["read_by_product"]:
             judged = "switch not read by this commit: noise"
+        elif "LAUNCH_SLICES" in info["env"] and NO_SLICES in str(results.get("machine", {}).get("launcher", "")):
+            judged = "no systemd slices on this host, so the switch changed nothing here: noise"
         elif reference is None:
             judged = "no reference"
         else:

@@ -329,3 +329,16 @@ def test_a_part_that_fails_once_is_tried_again_and_the_slot_says_why(monkeypatch
     assert result == "measured" and len(calls) == 2
     assert slot["retried"] == {"B2": "ConnectionError: server closed the connection"}
     assert "Traceback" in logged[0]
+
+
+def test_the_slices_switch_gets_no_verdict_on_a_host_where_the_launcher_makes_no_systemd_scope() -> None:
+    results = _results()
+    slices = next(v for v in VARIANTS if v.key == "slices")
+    results["variants"]["slices"] = {"device": slices.device, "env": slices.env, "read_by_product": True}
+    results["summary"]["slices"] = {"figures": _figures([_same(b3_ratio=2.0), _same(b3_ratio=2.2)]), "rounds": 2,
+                                    "complete": True, "errors": 0}
+    results["machine"]["launcher"] = "bulk at nice 10; " + ablation_table.NO_SLICES
+
+    row = next(line for line in render(results) if line.startswith("| systemd slices"))
+
+    assert row.endswith("| no systemd slices on this host, so the switch changed nothing here: noise |")
