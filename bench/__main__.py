@@ -28,7 +28,7 @@ from .launcher import STARTED, launcher_description
 from .launcher import priorities as launcher_priorities
 from .sizes import resolve
 
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
 # The runs docs/benchmarks.md is rendered from, kept in the repository (tests/bench/test_report.py renders them).
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import machine, report
     from .context import DISTURBANCES, Context
     from .scenarios import b1_accept, b2_pipeline, b3_otp_latency, b4_outage, b5_ingestion, b6_fairness, b7_callbacks
-    from .scenarios import b8_slow_gateway
+    from .scenarios import b8_slow_gateway, b9_human_pace
     from .world import Simulator
 
     world = build_world(fleet=sizes.fleet)
@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             "B6": lambda: b6_fairness.run(ctx),
             "B7": lambda: b7_callbacks.run(ctx),
             "B8": lambda: b8_slow_gateway.run(ctx),
+            "B9": lambda: b9_human_pace.run(ctx),
         }
         for name in SCENARIOS:
             if name not in only:

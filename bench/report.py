@@ -16,9 +16,10 @@ from .ablation_table import render as render_ablation
 from .paired import render as render_paired
 from .report_format import _anchor, num, per_unit_table, shares_text, spread, status
 from .report_gateway import _appendix_b7, _appendix_b8, _row_b7, _row_b8, gateway_priority
+from .report_pace import _appendix_b9, _row_b9
 
 # The order of the summary and of the appendix.
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
 
 # What each scenario judges of the stack's set-up, in a clause, and the section of bench/findings.md that says why.
 WHY: dict[str, tuple[tuple[str, str], ...]] = {
@@ -148,7 +149,7 @@ def _row_m(b2: dict[str, Any]) -> list[str]:
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "B1": _row_b1, "B2": _row_b2, "B3": _row_b3, "B4": _row_b4, "B5": _row_b5, "B6": _row_b6, "B7": _row_b7,
-    "B8": _row_b8,
+    "B8": _row_b8, "B9": _row_b9,
 }
 
 
@@ -376,6 +377,7 @@ APPENDIX: dict[str, tuple[str, Callable[[dict[str, Any], dict[str, Any]], list[s
     "B6": ("B6 fairness in the marketing lane", _appendix_b6),
     "B7": ("B7 callback deliveries", _appendix_b7),
     "B8": ("B8 a slow gateway, typing on: the lane workers' pools side by side", _appendix_b8),
+    "B9": ("B9 a thousand unofficial numbers at a compressed human pace", _appendix_b9),
 }
 
 

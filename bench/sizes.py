@@ -50,6 +50,19 @@ class Sizes:
     b8_latencies: str = "0.2,1,3"   # the simulator's latency fault, seconds
     b8_pools: str = "prefork,threads"
     b8_otp_rate: float = 10.0       # the OTP stream alongside, per second
+    # B9: unofficial numbers at a compressed human pace (bench/scenarios/b9_human_pace.py). At scale 10 a gap of
+    # 200-300 policy s is 20-30 s real: about 40 sends/s from 1,000 numbers, under what B2 sends on 2 cores.
+    b9_numbers: int = 1_000
+    b9_time_scale: float = 10.0     # SENDING_POLICY_TIME_SCALE of the paced processes during B9
+    b9_gap_min: float = 200.0       # each number's gap_min_seconds / gap_max_seconds (policy seconds)
+    b9_gap_max: float = 300.0
+    b9_recipients: int = 7          # warm recipients of every number (coprime with b9_numbers: each gets all)
+    b9_lead_seconds: float = 15.0   # the first slots begin this long after the schedules are written
+    b9_warmup_seconds: float = 35.0  # after the first slots begin, before the window: every number sent once
+    b9_seconds: float = 240.0       # the measured window
+    b9_tail_seconds: float = 5.0    # waited after the window before reading what was sent
+    b9_tail_margin: float = 3.0     # slots this close to the window's end are not judged for lateness
+    b9_b2_messages: int = 2_000     # B2's pipeline before and after, for the CPU per message baseline
     wait_timeout: float = 300.0     # any other wait (all SENT, all READ, all applied)
     profile_seconds: float = 5.0    # py-spy sampling window; 0 = no profiling
 
@@ -59,6 +72,8 @@ SMOKE = Sizes(
     b3_otp_rate=20, b4_messages=20, b4_outage_seconds=2, b4_drain_timeout=60, b5_events=20, b5_runs=1,
     b6_backlog=20, b6_b_messages=5, b6_delay_seconds=0.2, b6_timeout=30, wait_timeout=60, profile_seconds=0,
     b7_messages=20, b7_runs=1, b8_messages=200, b8_seconds=10, b8_latencies="1", b8_otp_rate=4,
+    b9_numbers=5, b9_gap_min=20, b9_gap_max=40, b9_lead_seconds=3, b9_warmup_seconds=5, b9_seconds=15,
+    b9_tail_seconds=2, b9_tail_margin=1, b9_b2_messages=20,
 )
 
 

@@ -176,9 +176,11 @@ class Simulator:
         response.raise_for_status()
         return dict(response.json())
 
-    def sends(self, instance: str) -> list[dict[str, Any]]:
-        """The sendText calls the simulator still remembers for `instance` (its records, oldest first)."""
-        response = self.http.get(f"{self.base_url}/_control/sends", params={"instance": instance}, timeout=30)
+    def sends(self, instance: str | None = None) -> list[dict[str, Any]]:
+        """The sendText calls the simulator still remembers for `instance` (every instance's without one; its
+        records, oldest first)."""
+        params = {"instance": instance} if instance else {}
+        response = self.http.get(f"{self.base_url}/_control/sends", params=params, timeout=30)
         response.raise_for_status()
         return list(response.json())
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
 
 # A whole harness run in a subprocess (its own stack, at smoke sizes): about 2.5 minutes on an idle 2-core
 # machine, more on a loaded one. pytest.ini's 180 s would interrupt it and leave its stack's processes
@@ -82,6 +82,10 @@ def test_it_runs_every_scenario_on_tiny_sizes_and_writes_a_report(tmp_path: Path
     first, last = sc["B8"]["ceiling"]["throughput_per_s"], sc["B8"]["ceiling_after"]["throughput_per_s"]
     assert sc["B8"]["bar_per_s"] == min(sc["B8"]["ceiling"]["pacing_caps_per_s"], round((first + last) / 2, 1))
     assert "threads (ceiling again)" in out.read_text()
+    b9 = sc["B9"]  # unofficial numbers at a compressed human pace: every number sent, every slot judged
+    assert b9["without_two_sends"] == 0 and b9["slots"] > 0 and b9["unsent_slots"] == 0
+    assert _is_figure(b9["rate_ratio"]["min"]) and _is_figure(b9["lateness_ms"]["p99"]) and _is_figure(b9["cpu_ratio"])
+    assert b9["other_holds"] == {}  # the gap alone held the numbers
     report = out.read_text()
     for row in (*SCENARIOS, "M"):
         assert f"| {row} |" in report

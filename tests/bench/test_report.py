@@ -43,10 +43,11 @@ def test_a_recorded_run_renders_one_summary_table_and_one_appendix_section_per_s
     assert _headings(text, "#") == ["Benchmarks"]
     assert _headings(text, "##") == ["Summary", "Appendix"]
     assert text.count("| id | figure (median, min–max) | baseline, same run | ratio | target | status |") == 1
-    # one summary row per scenario in order (M with B2), and B7 and B8, absent from this run, said so
-    assert _summary_rows(text) == ["id", "B1", "B2", "M", "B3", "B4", "B5", "B6", "B7", "B8"]
+    # one summary row per scenario in order (M with B2), and B7 to B9, absent from this run, said so
+    assert _summary_rows(text) == ["id", "B1", "B2", "M", "B3", "B4", "B5", "B6", "B7", "B8", "B9"]
     assert "| B7 | not measured in this run |" in text
     assert "| B8 | not measured in this run |" in text
+    assert "| B9 | not measured in this run |" in text
     # one appendix section per scenario present, in the same order, none for B8
     sections = [title.split()[0] for title in _headings(text, "###")]
     assert sections == ["B1", "B2", "B3", "B4", "B5", "B6"]

@@ -1,0 +1,62 @@
+"""The report's rows for B9, unofficial numbers at a compressed human pace (bench/scenarios/b9_human_pace.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .report_format import num, per_unit_table, status
+
+
+def _row_b9(b9: dict[str, Any]) -> list[str]:
+    r, late = b9["rate_ratio"], b9["lateness_ms"]
+    return [f"| B9 | {b9['numbers']:,} unofficial numbers at {num(b9['sends_per_s'], 1)} sends/s (policy time ×"
+            f"{num(b9['time_scale'], 0)}): each number's rate of its policy's min {num(r['min'], 3)} (p1 "
+            f"{num(r['p1'], 3)}, p50 {num(r['p50'], 3)}); timer lateness p50 {num(late['p50'])} ms, p99 "
+            f"{num(late['p99'])} ms, max {num(late['max'])} ms; {num(b9['stack_ms_per_message'], 1)} ms of stack CPU "
+            f"per message | B2's pipeline, before and after: {num(b9['b2_stack_ms_per_message'], 1)} ms per message "
+            f"| CPU {num(b9['cpu_ratio'], 2)}× | rate ≥ 0.9× each number; lateness p99 ≤ 1,000 ms; CPU ≤ 1.25× "
+            f"| {status(b9['met'])} (rate {_yes(b9['rate_met'])}, lateness {_yes(b9['lateness_met'])}, "
+            f"CPU {_yes(b9['cpu_met'])}) |"]
+
+
+def _yes(met: bool) -> str:
+    return "met" if met else "not met"
+
+
+def _appendix_b9(b9: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    gap, real = b9["gap_policy_s"], b9["gap_real_s"]
+    out = [f"{b9['numbers']:,} numbers of project H on the `unofficial` profile, connected, each with a backlog of "
+           f"{b9['backlog_per_number']} UTILITY messages ({b9['messages']:,} in all, written in "
+           f"{num(b9['accept_s'], 1)} s) to {b9['recipients']} recipients it exchanged with before (warm: the "
+           "cold-contact quota and the sticky sender decide nothing). The relays and lane workers ran with "
+           f"`SENDING_POLICY_TIME_SCALE` = {num(b9['time_scale'], 0)}, each number's gap {num(gap[0])}–{num(gap[1])} "
+           f"policy s ({num(real[0], 1)}–{num(real[1], 1)} s real), the caps at their defaults; typing off, as in "
+           "B2. Each number's first slot was spread over one gap. What the policy allowed is every value the product "
+           "wrote to its schedule's `next_send_at`, kept with its time by a trigger in the bench database during the "
+           "run; a send's time is its receipt at the simulator.", "",
+           "| figure | value |", "|---|---|",
+           f"| sends in the {num(b9['window_s'])} s window | {b9['sent_in_window']:,} ({num(b9['sends_per_s'], 1)}/s; "
+           f"the gaps' mean allows {num(b9['expected_sends_per_s'], 1)}/s) |",
+           f"| rate of the policy's, per number: min / p1 / p50 | {num(b9['rate_ratio']['min'], 3)} / "
+           f"{num(b9['rate_ratio']['p1'], 3)} / {num(b9['rate_ratio']['p50'], 3)} |",
+           f"| numbers under 0.9× / with fewer than two sends in the window | {b9['below_target']} / "
+           f"{b9['without_two_sends']} |",
+           f"| slots judged / never sent | {b9['slots']:,} / {b9['unsent_slots']} |",
+           f"| timer lateness min / p50 / p99 / max | {num(b9['lateness_ms']['min'])} / {num(b9['lateness_ms']['p50'])}"
+           f" / {num(b9['lateness_ms']['p99'])} / {num(b9['lateness_ms']['max'])} ms |",
+           f"| held for another reason than `pacing` | {_holds(b9['other_holds'])} |",
+           f"| stack CPU per message (servers in, simulator out) | {num(b9['stack_ms_per_message'], 2)} ms; B2 before "
+           f"{num(b9['b2_before']['stack_ms_per_message'], 2)}, after {num(b9['b2_after']['stack_ms_per_message'], 2)}"
+           f" ms: {num(b9['cpu_ratio'], 2)}× |",
+           ""]
+    if b9.get("slowest"):
+        out += ["Slowest numbers (rate of the policy's): "
+                + ", ".join(f"{name} {num(v, 3)}" for name, v in b9["slowest"].items()) + ".", ""]
+    return out + per_unit_table(
+        "CPU milliseconds per message by process kind: B9's window against B2's pipeline (accept to READ) before it.",
+        {"B9, per message SENT in the window": b9["cpu_ms_per_message"],
+         "B2 before, per message": b9["b2_before"]["cpu_ms_per_message"]})
+
+
+def _holds(holds: dict[str, int]) -> str:
+    return ", ".join(f"{why} {n}" for why, n in sorted(holds.items())) or "none"
