@@ -49,6 +49,13 @@ def _appendix_b9(b9: dict[str, Any], results: dict[str, Any]) -> list[str]:
            f"{num(b9['b2_before']['stack_ms_per_message'], 2)}, after {num(b9['b2_after']['stack_ms_per_message'], 2)}"
            f" ms: {num(b9['cpu_ratio'], 2)}× |",
            ""]
+    if worst := b9.get("latest_slots"):
+        out += ["The latest slots (seconds into the window; from the slot to the relay's release, then to the "
+                "gateway's receipt):", "", "| number | slot at | late | to release | release to gateway |",
+                "|---|---|---|---|---|"]
+        out += [f"| {w['number']} | {num(w['slot_s'], 1)} s | {num(w['late_ms'])} ms | {num(w['to_release_ms'])} ms "
+                f"| {num(w['release_to_gateway_ms'])} ms |" for w in worst]
+        out.append("")
     if b9.get("slowest"):
         out += ["Slowest numbers (rate of the policy's): "
                 + ", ".join(f"{name} {num(v, 3)}" for name, v in b9["slowest"].items()) + ".", ""]

@@ -124,6 +124,19 @@ def lateness(slots: list[tuple[float, float]], sends: list[float], w0: float, w1
     return late
 
 
+def latest(slots: dict[str, list[tuple[float, float]]], sends: dict[str, list[float]], w0: float, w1: float,
+           count: int = 10) -> list[tuple[str, float, float]]:
+    """The `count` latest slots in [w0, w1]: (number, the slot, its send's receipt), latest first."""
+    found = []
+    for name, own in slots.items():
+        ordered = sorted(sends.get(name, []))
+        for allowed, written in own:
+            i = bisect_left(ordered, written)
+            if w0 <= allowed <= w1 and i < len(ordered):
+                found.append((name, allowed, ordered[i]))
+    return sorted(found, key=lambda f: f[1] - f[2])[:count]
+
+
 def judge(slots: dict[str, list[tuple[float, float]]], sends: dict[str, list[float]], numbers: list[str],
           w0: float, w1: float, margin: float) -> dict[str, Any]:
     """Every number's rate ratio over [w0, w1] and the lateness of the slots in [w0, w1 − margin] (a slot at the very
@@ -266,10 +279,13 @@ def paced_run(ctx: Context) -> dict[str, Any]:
                 "SELECT instance_id, next_send_at, recorded_at FROM bench_b9_slot ORDER BY recorded_at"):
             slots.setdefault(names[instance_id], []).append((allowed.timestamp(), written.timestamp()))
         sends: dict[str, list[float]] = {}
+        ids_at: dict[tuple[str, float], str] = {}
         for record in ctx.sim.sends():
             if str(record["instance"]).startswith(PREFIX):
                 sends.setdefault(record["instance"], []).append(float(record["at"]))
+                ids_at[(record["instance"], float(record["at"]))] = str(record.get("id") or "")
         holds = _other_holds(message_ids)
+        worst = phases(latest(slots, sends, w0.timestamp(), w1.timestamp() - s.b9_tail_margin), ids_at, w0.timestamp())
     finally:
         _sql(_NO_SLOTS)
         stop_releases()
@@ -284,10 +300,29 @@ def paced_run(ctx: Context) -> dict[str, Any]:
         "sent_in_window": sent, "sends_per_s": round(sent / window, 1) if window else None,
         "expected_sends_per_s": round(expected, 1),
         "other_holds": holds,
+        "latest_slots": worst,
         "stack_ms_per_message": stack_ms(meter, sent),
         "cpu_ms_per_message": per_unit(meter, sent),
         "cpu": cpu_summary(meter),
     }
+
+
+def phases(worst: list[tuple[str, float, float]], ids_at: dict[tuple[str, float], str],
+           w0: float) -> list[dict[str, Any]]:
+    """Where the latest slots' time went: from the slot to the relay's release (DISPATCHED), and from there to the
+    gateway's receipt."""
+    from messaging.models import Message
+
+    gateway_ids = [ids_at.get((name, at), "") for name, _, at in worst]
+    dispatched = dict(Message.objects.filter(evolution_message_id__in=[g for g in gateway_ids if g])
+                      .values_list("evolution_message_id", "dispatched_at"))
+    out = []
+    for (name, allowed, at), gateway_id in zip(worst, gateway_ids):
+        released = dispatched.get(gateway_id)
+        out.append({"number": name, "slot_s": round(allowed - w0, 2), "late_ms": _ms(at - allowed),
+                    "to_release_ms": _ms(released.timestamp() - allowed) if released else None,
+                    "release_to_gateway_ms": _ms(at - released.timestamp()) if released else None})
+    return out
 
 
 def _other_holds(message_ids: list[str]) -> dict[str, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from bench.report_pace import _row_b9
-from bench.scenarios.b9_human_pace import judge, lateness, rate_ratio
+from bench.scenarios.b9_human_pace import judge, latest, lateness, rate_ratio
 
 
 def test_a_number_that_sends_the_moment_each_slot_opens_keeps_its_policys_rate() -> None:
@@ -55,3 +55,9 @@ def test_judge_takes_the_slowest_number_and_the_row_says_what_was_met() -> None:
     row = _row_b9(b9)[0]
     assert row.startswith("| B9 | 2 unofficial numbers at 40.0 sends/s")
     assert "**not met** (rate met, lateness not met, CPU not met)" in row
+
+
+def test_the_latest_slots_come_first_with_their_sends() -> None:
+    slots = {"a": [(10.0, 0.0), (30.0, 10.2)], "b": [(10.0, 0.0), (30.0, 12.2)]}
+    sends = {"a": [10.0, 30.5], "b": [12.0, 30.1]}
+    assert latest(slots, sends, 0.0, 100.0, count=2) == [("b", 10.0, 12.0), ("a", 30.0, 30.5)]
