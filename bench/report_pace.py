@@ -48,6 +48,8 @@ def _appendix_b9(b9: dict[str, Any], results: dict[str, Any]) -> list[str]:
            f"| stack CPU per message (servers in, simulator out) | {num(b9['stack_ms_per_message'], 2)} ms; B2 before "
            f"{num(b9['b2_before']['stack_ms_per_message'], 2)}, after {num(b9['b2_after']['stack_ms_per_message'], 2)}"
            f" ms: {num(b9['cpu_ratio'], 2)}× |",
+           f"| of which the idle stack (its CPU with nothing to send, at the window's rate) | "
+           f"{num(b9.get('idle_ms_per_message'), 2)} ms ({num(b9.get('idle_stack_ms_per_s'))} ms of CPU per second) |",
            ""]
     if worst := b9.get("latest_slots"):
         out += ["The latest slots (seconds into the window; from the slot to the relay's release, then to the "

@@ -62,6 +62,7 @@ class Sizes:
     b9_seconds: float = 240.0       # the measured window
     b9_tail_seconds: float = 5.0    # waited after the window before reading what was sent
     b9_tail_margin: float = 3.0     # slots this close to the window's end are not judged for lateness
+    b9_idle_seconds: float = 10.0   # the stack's CPU with nothing to send, measured first
     b9_b2_messages: int = 2_000     # B2's pipeline before and after, for the CPU per message baseline
     wait_timeout: float = 300.0     # any other wait (all SENT, all READ, all applied)
     profile_seconds: float = 5.0    # py-spy sampling window; 0 = no profiling
@@ -73,7 +74,7 @@ SMOKE = Sizes(
     b6_backlog=20, b6_b_messages=5, b6_delay_seconds=0.2, b6_timeout=30, wait_timeout=60, profile_seconds=0,
     b7_messages=20, b7_runs=1, b8_messages=200, b8_seconds=10, b8_latencies="1", b8_otp_rate=4,
     b9_numbers=5, b9_gap_min=20, b9_gap_max=40, b9_lead_seconds=3, b9_warmup_seconds=5, b9_seconds=15,
-    b9_tail_seconds=2, b9_tail_margin=1, b9_b2_messages=20,
+    b9_tail_seconds=2, b9_tail_margin=1, b9_idle_seconds=2, b9_b2_messages=20,
 )
 
 

@@ -257,6 +257,9 @@ def paced_run(ctx: Context) -> dict[str, Any]:
     # Enough for every number to have its next message waiting through the warm-up, the window and the tail.
     per_number = int((s.b9_warmup_seconds + s.b9_seconds + 10) / gap_real[0]) + 2
     _sql("DELETE FROM messaging_sendschedule WHERE instance_id = ANY(%(ids)s)", {"ids": ids})
+    # What the stack costs with nothing to send: part of every window's CPU, whatever the rate.
+    with ctx.cpu(servers=True) as idle:
+        time.sleep(s.b9_idle_seconds)
     _sql(_SLOTS)
     try:
         lead = timedelta(seconds=s.b9_lead_seconds)  # the backlog is written meanwhile
@@ -302,6 +305,9 @@ def paced_run(ctx: Context) -> dict[str, Any]:
         "other_holds": holds,
         "latest_slots": worst,
         "stack_ms_per_message": stack_ms(meter, sent),
+        # The idle stack's CPU per second, as milliseconds per message at the window's rate.
+        "idle_stack_ms_per_s": stack_ms(idle, max(1, round(idle.wall))),
+        "idle_ms_per_message": round(stack_ms(idle, max(1, round(idle.wall))) * window / sent, 2) if sent else None,
         "cpu_ms_per_message": per_unit(meter, sent),
         "cpu": cpu_summary(meter),
     }
