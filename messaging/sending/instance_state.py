@@ -65,7 +65,9 @@ def current(instance: Instance) -> str | None:
     if state is None:
         return None
     remember(instance.name, state)
-    if state in _STATES:
+    if state in _STATES and state != instance.connection_state:
+        # Only a change is written: the thread gave its pooled connection back for the call, and taking one again
+        # just to write what the row holds could time out on a busy pool and fail the task after its claim.
         sync(instance, state)
     return state
 

@@ -229,3 +229,24 @@ def test_a_connection_closed_answer_is_believed_over_a_stale_open_state(simulato
     # then: it is held without asking Evolution again
     assert worker.send_one(str(message.pk)) == "held"
     assert len(simulator.sends(instance=alice_instance.name)) == 1
+
+
+def test_a_state_evolution_confirms_is_not_written_again(simulator, alice_instance):
+    """A lane thread asks connectionState without a pooled connection (release_while_waiting): when Evolution says
+    what the row already holds, nothing is written, so the thread needs no connection back only to write nothing;
+    with the pool busy, that write timed out and failed the task after its claim, the message held until its lease ran out."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from messaging.sending import instance_state
+
+    open_on_simulator(simulator, alice_instance)
+    alice_instance.set_connection_state("open")
+    instance_state._local.clear()
+    for key in metrics.redis().scan_iter(match="ps:instance-state:*"):
+        metrics.redis().delete(key)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert instance_state.current(alice_instance) == "open"
+
+    assert [q["sql"] for q in queries.captured_queries] == []
