@@ -116,23 +116,24 @@ def _inferred(message: Message, now: datetime) -> Verdict:
         )
     except gateway.CannotTell as exc:
         return Verdict(UNKNOWN, why="Evolution could not be asked", detail={"error": str(exc)[:300]})
+    # Records another message already owns (its answer carried the id) are that message's, acked yet or not.
+    claimed = set(
+        # `<> ''` spelled out so that the partial unique index (msg_evolution_id_once) serves it.
+        Message.objects.filter(instance_id=message.instance_id,
+                               evolution_message_id__in=[str(record["key"]["id"]) for record in every])
+        .exclude(evolution_message_id="")
+        .exclude(pk=message.pk)
+        .values_list("evolution_message_id", flat=True)
+    )
     records = [record for record in every if from_the_api(record)]
     if len(records) < len(every):
         # A twin typed on the phone says nothing about our send; one that may be ours but shows no server ack
         # (not acknowledged yet, or typed on WhatsApp Web) leaves the outcome open.
         ours = [r["key"]["id"] for r in every if not from_the_api(r) and own_id.baileys_shaped(r["key"]["id"])
-                and r.get("source") == "web"]
+                and r.get("source") == "web" and r["key"]["id"] not in claimed]
         if ours:
             return Verdict(UNKNOWN, why="a record with this text shows no server ack: it may be this message's or "
                            "another device's", detail={"candidates": ours})
-    ids = [str(record["key"]["id"]) for record in records]
-    claimed = set(
-        # `<> ''` spelled out so that the partial unique index (msg_evolution_id_once) serves it.
-        Message.objects.filter(instance_id=message.instance_id, evolution_message_id__in=ids)
-        .exclude(evolution_message_id="")
-        .exclude(pk=message.pk)
-        .values_list("evolution_message_id", flat=True)
-    )
     free = [record for record in records if record["key"]["id"] not in claimed]
     if not free:
         detail = {"recordsOfOtherMessages": len(records)} if records else {}
