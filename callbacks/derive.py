@@ -272,13 +272,20 @@ _STATUS_READ = f"""
 """
 
 
-def _status_rows(after: int, seen: list[int]) -> Read:
+def _rows_by_id(sql: str, after: int, seen: list[int],
+                keep: Callable[[list[tuple[Any, ...]]], list[Any]] | None = None) -> Read:
+    """One batch of a read whose cursor is the rows' id (`sql` takes after, seen and batch; the id is the row's first
+    column): every id read counts as seen, and `keep` chooses the rows that make events."""
     with connection.cursor() as cursor:
-        cursor.execute(_STATUS_READ, {"after": after, "seen": seen, "batch": BATCH})
+        cursor.execute(sql, {"after": after, "seen": seen, "batch": BATCH})
         rows = cursor.fetchall()
-    # A line's message is never missing (the lines go with it, in the same transaction).
     ids = [row[0] for row in rows]
-    return Read(rows, ids, ids[-1] if ids else None, len(ids) == BATCH)
+    return Read(keep(rows) if keep else rows, ids, ids[-1] if ids else None, len(ids) == BATCH)
+
+
+def _status_rows(after: int, seen: list[int]) -> Read:
+    # A line's message is never missing (the lines go with it, in the same transaction).
+    return _rows_by_id(_STATUS_READ, after, seen)
 
 
 def status_payload(event_id: int, kind: str, message_id: Any, to: str, metadata: Any, detail: dict[str, Any], at: datetime) -> dict[str, Any]:
@@ -380,10 +387,11 @@ _INBOUND_READ = f"""
 
 
 def _inbound_rows(after: int, seen: list[int]) -> Read:
-    with connection.cursor() as cursor:
-        cursor.execute(_INBOUND_READ, {"after": after, "seen": seen, "batch": BATCH})
-        rows = cursor.fetchall()
-    ids = [row[0] for row in rows]
+    return _rows_by_id(_INBOUND_READ, after, seen, _inbound_texts)
+
+
+def _inbound_texts(rows: list[tuple[Any, ...]]) -> list[Any]:
+    """The rows of texts a contact wrote (not our own sends' echoes), each with its payload parsed."""
     inbound = []
     for row in rows:
         payload = _json(row[5])
@@ -393,7 +401,7 @@ def _inbound_rows(after: int, seen: list[int]) -> Read:
         key = data.get("key") if isinstance(data, dict) else None
         if isinstance(key, dict) and key.get("fromMe") is False:
             inbound.append((*row[:5], payload, row[6], row[7]))
-    return Read(inbound, ids, ids[-1] if ids else None, len(ids) == BATCH)
+    return inbound
 
 
 def inbound_payload(instance: str, key_id: str, data: dict[str, Any], at: datetime) -> dict[str, Any]:
@@ -588,11 +596,7 @@ _HEALTH_READ = """
 
 
 def _health_rows(after: int, seen: list[int]) -> Read:
-    with connection.cursor() as cursor:
-        cursor.execute(_HEALTH_READ, {"after": after, "seen": seen, "batch": BATCH})
-        rows = cursor.fetchall()
-    ids = [row[0] for row in rows]
-    return Read([row for row in rows if row[1] is not None], ids, ids[-1] if ids else None, len(ids) == BATCH)
+    return _rows_by_id(_HEALTH_READ, after, seen, lambda rows: [row for row in rows if row[1] is not None])
 
 
 def health_payload(change_id: int, instance: str, from_state: str, to_state: str, reason: str, evidence: Any,
