@@ -39,6 +39,9 @@ CLAIMED = "claimed"
 NOTHING_TO_CLAIM = "nothing_to_claim"
 LEASE_LOST = "lease_lost"
 OPTED_OUT = "opted_out"
+GIVEN_BACK = "given_back"
+# The WAITING line's why when a claim went back for want of a pooled connection before its call (give_back).
+NO_CONNECTION = "no database connection"
 
 
 def lease_seconds() -> float:
@@ -111,6 +114,35 @@ def send_one(message_id: str) -> str:
 
 
 def send_claimed(message: Message, token: uuid.UUID, opted_in: bool) -> str:
+    try:
+        ready = before_the_call(message, token, opted_in)
+    except OperationalError as exc:
+        return give_back(message, token, exc)  # nothing was sent yet: the claim may go back at once
+    if isinstance(ready, str):
+        return ready
+    route, turn = ready
+    instance = route.instance
+    started = timezone.now()
+    release_while_waiting()  # the call can take seconds (latency + typing): its connection serves others meanwhile
+    # From here on the call may have been made: the claim is never given back (give_back), its answer is recorded.
+    outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message),
+                                message_id=message.own_message_id)
+    if turn is not None:
+        turns.end(turn, message, sent=outcome.kind == gateway.SENT)
+    if outcome.kind == gateway.SENT and route.circuits_closed:
+        # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
+        done = record_answer(message, token, instance, outcome, started)
+        breaker.record_successes([breaker.instance_scope(instance.name), breaker.GATEWAY])
+        return done
+    feed_breakers(instance, outcome)
+    return record_answer(message, token, instance, outcome, started)
+
+
+def before_the_call(
+    message: Message, token: uuid.UUID, opted_in: bool
+) -> str | tuple[routing.Route, turns.Turn | None]:
+    """Everything a claim does before it calls Evolution: the route and the number's turn (unofficial) to send on,
+    or what was done instead (held, failed, a lost answer settled, a TEST number's simulated answer: no call either)."""
     if message.unconfirmed_attempt_at is not None:
         # Before anything else, even past deliverUntil: a lost answer's send may have gone out.
         resolved = resolve_lost_answer(message, token)
@@ -161,19 +193,31 @@ def send_claimed(message: Message, token: uuid.UUID, opted_in: bool) -> str:
         turn = taken
     elif not take_send_slot(message, token, route):
         return "held"
-    started = timezone.now()
-    release_while_waiting()  # the call can take seconds (latency + typing): its connection serves others meanwhile
-    outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message),
-                                message_id=message.own_message_id)
-    if turn is not None:
-        turns.end(turn, message, sent=outcome.kind == gateway.SENT)
-    if outcome.kind == gateway.SENT and route.circuits_closed:
-        # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
-        done = record_answer(message, token, instance, outcome, started)
-        breaker.record_successes([breaker.instance_scope(instance.name), breaker.GATEWAY])
-        return done
-    feed_breakers(instance, outcome)
-    return record_answer(message, token, instance, outcome, started)
+    return route, turn
+
+
+def give_back(message: Message, token: uuid.UUID, exc: OperationalError) -> str:
+    """A step before the call found no free pooled connection (a thread that gave its connection back, for
+    connectionState or its send slot, on a busy pool): nothing was sent, so the claim goes back at once, QUEUED and
+    due now with no attempt used, and an unofficial number's reservation with it, instead of both being held until
+    the lease runs out. That needs a connection too: wait for one while the lease lasts, as record_answer does; past
+    it (or for any other error) the error stands and the reconciler's lease expiry hands the message back. Waiting
+    again is safe: the pool gave nothing, so nothing was written, and the requeue is compare-and-set on the lease."""
+    instance = message.instance  # the number this claim may have reserved (routing moves message.instance with it)
+    while isinstance(exc.__cause__, PoolTimeout) and lease_left(message):
+        try:
+            with transaction.atomic():
+                given = lifecycle.requeue(message, token, timezone.now(), EventKind.WAITING,
+                                          detail={"why": NO_CONNECTION, "instance": instance.name})
+                if given and turns.is_human(instance):
+                    slots.release(instance.pk, message.pk)
+        except OperationalError as again:
+            exc = again
+            metrics.messages(f"give_back_waits_for_connection:{message.lane}")
+            continue
+        metrics.messages(f"held:no_database_connection:{message.lane}")
+        return GIVEN_BACK if given else LEASE_LOST
+    raise exc
 
 
 def record_answer(message: Message, token: uuid.UUID, instance: Instance, outcome: gateway.Outcome,
@@ -187,10 +231,13 @@ def record_answer(message: Message, token: uuid.UUID, instance: Instance, outcom
         try:
             return apply_outcome(message, token, instance, outcome, started)
         except OperationalError as exc:
-            lease_left = message.lease_expires_at is not None and timezone.now() < message.lease_expires_at
-            if not (isinstance(exc.__cause__, PoolTimeout) and lease_left):
+            if not (isinstance(exc.__cause__, PoolTimeout) and lease_left(message)):
                 raise
             metrics.messages(f"answer_waits_for_connection:{message.lane}")
+
+
+def lease_left(message: Message) -> bool:
+    return message.lease_expires_at is not None and timezone.now() < message.lease_expires_at
 
 
 def send_simulated(message: Message, token: uuid.UUID, scenario: test_numbers.Scenario) -> str:

@@ -120,3 +120,100 @@ def test_an_answer_in_hand_waits_for_a_free_connection_to_be_recorded(simulator,
     assert outcome == "sent"
     message.refresh_from_db()
     assert message.status == "SENT" and len(sends_ok(simulator, alice_instance.name)) == 1
+
+
+def losing_the_connection_at(monkeypatch: Any, module: Any, name: str, pooled: Any, back_after: float | None) -> Any:
+    """`module.name` first gives this thread's connection back and sees another thread take the pool's only one (back
+    after `back_after` seconds; None: at the test's end), so its own statement meets a PoolTimeout (a loaded host)."""
+    import threading
+
+    from pilot_status.database import release_while_waiting
+
+    real = getattr(module, name)
+    held: list[Any] = []
+
+    def losing(*args: Any, **kwargs: Any) -> Any:
+        release_while_waiting()
+        held.append(pooled.pool.getconn())
+        if back_after is not None:
+            threading.Timer(back_after, lambda: pooled.pool.putconn(held.pop())).start()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, losing)
+    return held
+
+
+def reserved_unofficial_number(alice: Any, simulator: Any) -> tuple[Any, Message]:
+    """An open unofficial number the relay reserved for a queued message (as messaging.sending.human_pace does)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from messaging.models import SendSchedule
+    from tests.conftest import add_instance
+    from tests.messaging.sending_helpers import open_on_simulator
+
+    number = add_instance(alice.project, "alice-phone", priority=10, profile="unofficial")
+    open_on_simulator(simulator, number)
+    message = send(alice)
+    SendSchedule.objects.create(instance=number, reserved_by=message.pk,
+                                reserved_until=timezone.now() + timedelta(minutes=1))
+    return number, message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_meets_no_free_connection_before_the_call_is_given_back_at_once(simulator, alice, monkeypatch):
+    # given: an unofficial number reserved for the message, and a lane worker's pool (one connection, a 0.2 s wait)
+    # that another thread empties for 1 s just as the claim takes the number's turn (turns.take → slots.begin; a
+    # bench run on a loaded host failed 883 tasks there, after their claim and before any call)
+    import time
+
+    from django.utils import timezone
+
+    from messaging.models import OutboxEntry, SendSchedule
+    from messaging.sending import slots
+    from tests.messaging.sending_helpers import events, sends_ok
+
+    number, message = reserved_unofficial_number(alice, simulator)
+    with one_connection_pool() as pooled:
+        held = losing_the_connection_at(monkeypatch, slots, "begin", pooled, back_after=1.0)
+        try:
+            # when: the lane task runs
+            outcome = tasks.send_message(str(message.pk))
+        finally:
+            while held:  # the other thread's connection back to this pool, whatever happened
+                time.sleep(0.05)
+    # then: the task ends normally, and nothing having been sent, the claim is given back at once instead of the
+    # message staying SENDING, and its number reserved, until the lease runs out
+    assert outcome == worker.GIVEN_BACK
+    message.refresh_from_db()
+    assert (message.status, message.attempts, message.lease_token) == ("QUEUED", 0, None)
+    assert message.next_attempt_at <= timezone.now()
+    assert OutboxEntry.objects.filter(message=message).exists()  # the relay releases it again
+    assert events(message, "WAITING")[-1]["why"] == worker.NO_CONNECTION
+    assert SendSchedule.objects.get(instance=number).reserved_by is None
+    assert sends_ok(simulator, number.name) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_whose_lease_runs_out_waiting_for_a_connection_is_left_to_the_lease_expiry(
+    simulator, alice, monkeypatch
+):
+    # given: as above, but no connection comes free before the claim's lease (1 s here) runs out
+    from django.db import OperationalError
+
+    from messaging.sending import slots
+
+    _, message = reserved_unofficial_number(alice, simulator)
+    monkeypatch.setattr(worker, "lease_seconds", lambda: 1.0)
+    with one_connection_pool() as pooled:
+        held = losing_the_connection_at(monkeypatch, slots, "begin", pooled, back_after=None)
+        try:
+            # when: the lane task runs; then: it fails as before, since giving the claim back needs a connection
+            with pytest.raises(OperationalError):
+                tasks.send_message(str(message.pk))
+        finally:
+            pooled.pool.putconn(held.pop())
+    # and the message is the reconciler's lease expiry's, as after a crash
+    message.refresh_from_db()
+    assert message.status == "SENDING" and message.attempts == 0
