@@ -10,7 +10,8 @@ import logging
 import time
 import uuid
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
@@ -31,6 +32,7 @@ from . import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A 401 from Evolution is our configuration, not the message's fault: wait, shout, burn nothing.
 MISCONFIGURED_WAIT = timedelta(seconds=30)
@@ -128,7 +130,8 @@ def send_claimed(message: Message, token: uuid.UUID, opted_in: bool) -> str:
     outcome = gateway.send_text(instance.name, message.to, message.text, typing_delay.delay_ms_for(message),
                                 message_id=message.own_message_id)
     if turn is not None:
-        turns.end(turn, message, sent=outcome.kind == gateway.SENT)
+        sent = outcome.kind == gateway.SENT
+        after_the_call(message, lambda: turns.end(turn, message, sent=sent), "turn_waits_for_connection")
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
         done = record_answer(message, token, instance, outcome, started)
@@ -222,18 +225,25 @@ def give_back(message: Message, token: uuid.UUID, exc: OperationalError) -> str:
 
 def record_answer(message: Message, token: uuid.UUID, instance: Instance, outcome: gateway.Outcome,
                   started: datetime) -> str:
-    """apply_outcome for the answer of a call just made, waiting for a pooled connection as long as the lease
-    lasts. The answer is the one proof of what Evolution did: a thread that gave its connection back for the
-    call (release_while_waiting) and finds none free within the pool's wait must not drop it, or the message
-    stays SENDING until its lease runs out and Evolution is asked about it. Waiting again is safe: the pool
-    gave nothing, so nothing was written, and every write here is compare-and-set on the lease."""
+    """apply_outcome for the answer of a call just made (after_the_call)."""
+    return after_the_call(message, lambda: apply_outcome(message, token, instance, outcome, started),
+                          "answer_waits_for_connection")
+
+
+def after_the_call(message: Message, step: Callable[[], T], waits: str) -> T:
+    """A step after the call (recording its answer, ending the number's turn), waiting for a pooled connection as long
+    as the lease lasts. The answer is the one proof of what Evolution did: a thread that gave its connection back for
+    the call (release_while_waiting) and finds none free within the pool's wait must not drop it, or the message stays
+    SENDING (and its number reserved) until its lease runs out and Evolution is asked about it. Waiting again is safe:
+    the pool gave nothing, so nothing was written, and every write here is compare-and-set (on the lease, or on the
+    number's reservation)."""
     while True:
         try:
-            return apply_outcome(message, token, instance, outcome, started)
+            return step()
         except OperationalError as exc:
             if not (isinstance(exc.__cause__, PoolTimeout) and lease_left(message)):
                 raise
-            metrics.messages(f"answer_waits_for_connection:{message.lane}")
+            metrics.messages(f"{waits}:{message.lane}")
 
 
 def lease_left(message: Message) -> bool:

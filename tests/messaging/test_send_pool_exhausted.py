@@ -123,16 +123,21 @@ def test_an_answer_in_hand_waits_for_a_free_connection_to_be_recorded(simulator,
 
 
 def losing_the_connection_at(monkeypatch: Any, module: Any, name: str, pooled: Any, back_after: float | None) -> Any:
-    """`module.name` first gives this thread's connection back and sees another thread take the pool's only one (back
-    after `back_after` seconds; None: at the test's end), so its own statement meets a PoolTimeout (a loaded host)."""
+    """`module.name`, the first time it is called, first gives this thread's connection back and sees another thread
+    take the pool's only one (back after `back_after` seconds; None: at the test's end), so its own statement meets a
+    PoolTimeout (a loaded host)."""
     import threading
 
     from pilot_status.database import release_while_waiting
 
     real = getattr(module, name)
     held: list[Any] = []
+    calls: list[int] = []
 
     def losing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) > 1:
+            return real(*args, **kwargs)
         release_while_waiting()
         held.append(pooled.pool.getconn())
         if back_after is not None:
@@ -217,3 +222,32 @@ def test_a_claim_whose_lease_runs_out_waiting_for_a_connection_is_left_to_the_le
     # and the message is the reconciler's lease expiry's, as after a crash
     message.refresh_from_db()
     assert message.status == "SENDING" and message.attempts == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_send_whose_turn_ends_without_a_free_connection_is_recorded_once_one_is_free(simulator, alice, monkeypatch):
+    # given: an unofficial number reserved for the message, and a lane worker's pool (one connection, a 0.2 s wait)
+    # that another thread empties for 1 s just as the send's call is over and its number's turn ends (turns.end →
+    # slots.finish: the first statement after the connection was given back for the call)
+    import time
+
+    from messaging.models import SendSchedule
+    from messaging.sending import slots
+    from tests.messaging.sending_helpers import sends_ok
+
+    number, message = reserved_unofficial_number(alice, simulator)
+    with one_connection_pool() as pooled:
+        held = losing_the_connection_at(monkeypatch, slots, "finish", pooled, back_after=1.0)
+        try:
+            # when: the lane task runs
+            outcome = tasks.send_message(str(message.pk))
+        finally:
+            while held:
+                time.sleep(0.05)
+    # then: the send went out once and its answer is recorded, the number's send counted and the number free,
+    # instead of the task failing with the send made, the message SENDING and the number reserved until the lease ran out
+    assert outcome == "sent"
+    message.refresh_from_db()
+    assert message.status == "SENT" and len(sends_ok(simulator, number.name)) == 1
+    schedule = SendSchedule.objects.get(instance=number)
+    assert schedule.reserved_by is None and schedule.day_sent == 1
