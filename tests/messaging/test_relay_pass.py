@@ -38,3 +38,18 @@ def test_a_pass_says_where_its_time_went(db):
     assert result.released == 0
     assert set(result.phases) == {"depths", "candidates"}  # nothing due: no lock, pace or publish
     assert all(seconds >= 0 for seconds in result.phases.values())
+
+
+def test_a_bulk_relay_gathers_rows_that_come_due_at_moments_of_their_own():
+    from messaging.management.commands.run_relay import timed_wait
+
+    # nothing waits: the poll; a row due in 0.5 s: then
+    assert timed_wait(None, 0.0, 1.0, 0.2) == 1.0
+    assert timed_wait(0.5, 0.01, 1.0, 0.2) == 0.5
+    # a row due in 10 ms, 30 ms after the last pass began: taken with those due in the next 170 ms, in one pass
+    assert timed_wait(0.01, 0.03, 1.0, 0.2) == pytest.approx(0.17)
+    # a row already due, the last pass long ago: at once; the OTP lane's relay (no gathering) at once too
+    assert timed_wait(-1.0, 0.5, 1.0, 0.2) == 0.0
+    assert timed_wait(0.01, 0.0, 1.0, 0.0) == 0.01
+    # never past the poll
+    assert timed_wait(5.0, 0.0, 1.0, 0.2) == 1.0
