@@ -26,7 +26,7 @@ from . import lifecycle
 from .accept import IDEMPOTENCY_TTL
 from .models import EventKind, FailureReason, IdempotencyRecord, Message, OutboxEntry, Status
 from .sending import evidence, human_pace
-from .sending.worker import lease_seconds
+from .sending.lease import lease_seconds
 
 # How long a released message may sit unclaimed before we assume the broker lost it. Generous
 # for marketing, whose queue is deep by design; tight for OTP, whose 2-minute life is short.

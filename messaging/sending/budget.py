@@ -2,7 +2,7 @@
 
 Plain arithmetic on the settings (no Django import: pilot_status.settings uses it to refuse a lease
 shorter than this at start-up). A claim does one of two things, never both under one lease
-(sending.worker renews the lease after a check):
+(sending.lost_answer renews the lease after a check):
 - a **send**: connectionState (routing, when the cached state is stale), the send slot's sleep (at most SEND_SLOT_MAX_WAIT), then sendText (connect + read
   timeout + the typing delay Evolution waits before answering), then, in a threads-pool lane worker
   that gave its connection back for the call, the wait for a free one (at most DB_POOL_WAIT);

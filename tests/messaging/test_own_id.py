@@ -11,7 +11,7 @@ from django.utils import timezone
 from ingestion import handlers
 from messaging import lifecycle, resend
 from messaging.models import DeadLetter, FailureReason, Instance, Message, Status
-from messaging.sending import gateway, worker
+from messaging.sending import answers, gateway, worker
 from tests.messaging.sending_helpers import RECIPIENT, events, make_due, open_on_simulator, send, sends_ok
 
 LOST = {"hang_rate": 1.0, "hang_ms": 1500}
@@ -275,7 +275,7 @@ def test_a_receipt_that_overtakes_the_answer_matches_at_once(alice, alice_instan
     assert [e["status"] for e in events(row, "STATUS")] == ["SENT", "SERVER_ACK", "DELIVERED"]
 
     # then: the answer joins the message, which stays DELIVERED, lease ended
-    assert worker.apply_outcome(message, token, alice_instance, answer_for(message)) == "sent"
+    assert answers.apply_outcome(message, token, alice_instance, answer_for(message)) == "sent"
     row.refresh_from_db()
     assert row.status == Status.DELIVERED and row.lease_token is None and row.attempts == 1
     assert row.sent_at is not None and row.remote_jid == "5511988887777@s.whatsapp.net"
@@ -286,7 +286,7 @@ def test_a_receipt_that_overtakes_a_lost_answer_settles_it(alice, alice_instance
     message, token = claimed(alice)
     assert handlers.ingest("WEBHOOK", receipt(alice_instance, message.own_message_id, "SERVER_ACK")) == "applied"
 
-    assert worker.apply_outcome(message, token, alice_instance, gateway.Outcome(gateway.UNKNOWN, detail="read timeout")) == "sent"
+    assert answers.apply_outcome(message, token, alice_instance, gateway.Outcome(gateway.UNKNOWN, detail="read timeout")) == "sent"
 
     row = Message.objects.get(pk=message.pk)
     assert row.status == Status.SERVER_ACK and not row.outcome_unknown and row.lease_token is None
@@ -296,7 +296,7 @@ def test_a_receipt_that_overtakes_a_lost_answer_settles_it(alice, alice_instance
 def test_a_receipt_after_a_lost_answer_settles_the_waiting_message(alice, alice_instance):
     # given: the answer was lost; the message waits for its check, its outcome unknown
     message, token = claimed(alice)
-    assert worker.apply_outcome(message, token, alice_instance, gateway.Outcome(gateway.UNKNOWN, detail="read timeout")) == "retry"
+    assert answers.apply_outcome(message, token, alice_instance, gateway.Outcome(gateway.UNKNOWN, detail="read timeout")) == "retry"
     assert Message.objects.get(pk=message.pk).outcome_unknown
 
     # when: WhatsApp's receipt for our id arrives
@@ -313,7 +313,7 @@ def test_an_error_receipt_that_overtakes_the_answer_fails_the_message(alice, ali
     message, token = claimed(alice)
     assert handlers.ingest("WEBHOOK", receipt(alice_instance, message.own_message_id, "ERROR")) == "failed"
 
-    worker.apply_outcome(message, token, alice_instance, answer_for(message))
+    answers.apply_outcome(message, token, alice_instance, answer_for(message))
 
     row = Message.objects.get(pk=message.pk)
     assert row.status == Status.FAILED and row.failure_reason == FailureReason.REJECTED
@@ -343,7 +343,7 @@ def test_the_instance_is_told_apart_for_each_answer(alice, alice_instance):
     # An instance once seen ignoring our ids, then honouring them (Evolution upgraded): the latest answer wins.
     Instance.objects.filter(pk=alice_instance.pk).update(honours_message_id=False)
     message, token = claimed(alice)
-    assert worker.apply_outcome(message, token, message.instance, answer_for(message)) == "sent"
+    assert answers.apply_outcome(message, token, message.instance, answer_for(message)) == "sent"
     alice_instance.refresh_from_db()
     assert alice_instance.honours_message_id is True
     assert lifecycle.sources("answer_after_receipts") == ("SERVER_ACK", "DELIVERED", "READ")

@@ -16,7 +16,7 @@ from django.db import connections
 from django.db.backends.postgresql.base import DatabaseWrapper
 
 from messaging.models import Message
-from messaging.sending import tasks, worker
+from messaging.sending import lease, tasks, worker
 from tests.messaging.sending_helpers import send
 
 
@@ -210,7 +210,7 @@ def test_a_claim_whose_lease_runs_out_waiting_for_a_connection_is_left_to_the_le
     from messaging.sending import slots
 
     _, message = reserved_unofficial_number(alice, simulator)
-    monkeypatch.setattr(worker, "lease_seconds", lambda: 1.0)
+    monkeypatch.setattr(lease, "lease_seconds", lambda: 1.0)
     with one_connection_pool() as pooled:
         held = losing_the_connection_at(monkeypatch, slots, "begin", pooled, back_after=None)
         try:
