@@ -33,6 +33,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from messaging.models import Instance
+from pilot_status.database import checking_connection
 
 from . import inbox
 
@@ -162,7 +163,9 @@ def on_instance_changed(sender: Any, instance: Instance, **kwargs: Any) -> None:
 
 
 def _read(name: str, remember_unknown: bool) -> Instance | None:
-    instance = Instance.objects.filter(name=name).first()
+    # Often a webhook's first statement (the cache outlived, as for a thousand numbers each sending every half minute):
+    # it is the connection's health check too, instead of a SELECT 1 before it.
+    instance = checking_connection(lambda: Instance.objects.filter(name=name).first())
     if instance is None:
         _known.pop(name)
         if remember_unknown:
