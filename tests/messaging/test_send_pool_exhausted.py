@@ -166,28 +166,36 @@ def reserved_unofficial_number(alice: Any, simulator: Any) -> tuple[Any, Message
     return number, message
 
 
+def send_losing_the_connection_at(monkeypatch: Any, simulator: Any, alice: Any, name: str) -> tuple[Any, Message, str]:
+    """The lane task for a message its unofficial number is reserved for, on a lane worker's pool (one connection, a
+    0.2 s wait) that another thread empties for 1 s just as `slots.<name>` runs: (number, message, task result)."""
+    import time
+
+    from messaging.sending import slots
+
+    number, message = reserved_unofficial_number(alice, simulator)
+    with one_connection_pool() as pooled:
+        held = losing_the_connection_at(monkeypatch, slots, name, pooled, back_after=1.0)
+        try:
+            outcome = tasks.send_message(str(message.pk))
+        finally:
+            while held:  # the other thread's connection back to this pool, whatever happened
+                time.sleep(0.05)
+    return number, message, outcome
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_claim_that_meets_no_free_connection_before_the_call_is_given_back_at_once(simulator, alice, monkeypatch):
     # given: an unofficial number reserved for the message, and a lane worker's pool (one connection, a 0.2 s wait)
     # that another thread empties for 1 s just as the claim takes the number's turn (turns.take → slots.begin; a
     # bench run on a loaded host failed 883 tasks there, after their claim and before any call)
-    import time
-
     from django.utils import timezone
 
     from messaging.models import OutboxEntry, SendSchedule
-    from messaging.sending import slots
     from tests.messaging.sending_helpers import events, sends_ok
 
-    number, message = reserved_unofficial_number(alice, simulator)
-    with one_connection_pool() as pooled:
-        held = losing_the_connection_at(monkeypatch, slots, "begin", pooled, back_after=1.0)
-        try:
-            # when: the lane task runs
-            outcome = tasks.send_message(str(message.pk))
-        finally:
-            while held:  # the other thread's connection back to this pool, whatever happened
-                time.sleep(0.05)
+    # when: the lane task runs
+    number, message, outcome = send_losing_the_connection_at(monkeypatch, simulator, alice, "begin")
     # then: the task ends normally, and nothing having been sent, the claim is given back at once instead of the
     # message staying SENDING, and its number reserved, until the lease runs out
     assert outcome == worker.GIVEN_BACK
@@ -229,21 +237,11 @@ def test_a_send_whose_turn_ends_without_a_free_connection_is_recorded_once_one_i
     # given: an unofficial number reserved for the message, and a lane worker's pool (one connection, a 0.2 s wait)
     # that another thread empties for 1 s just as the send's call is over and its number's turn ends (turns.end →
     # slots.finish: the first statement after the connection was given back for the call)
-    import time
-
     from messaging.models import SendSchedule
-    from messaging.sending import slots
     from tests.messaging.sending_helpers import sends_ok
 
-    number, message = reserved_unofficial_number(alice, simulator)
-    with one_connection_pool() as pooled:
-        held = losing_the_connection_at(monkeypatch, slots, "finish", pooled, back_after=1.0)
-        try:
-            # when: the lane task runs
-            outcome = tasks.send_message(str(message.pk))
-        finally:
-            while held:
-                time.sleep(0.05)
+    # when: the lane task runs
+    number, message, outcome = send_losing_the_connection_at(monkeypatch, simulator, alice, "finish")
     # then: the send went out once and its answer is recorded, the number's send counted and the number free,
     # instead of the task failing with the send made, the message SENDING and the number reserved until the lease ran out
     assert outcome == "sent"
