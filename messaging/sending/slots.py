@@ -82,22 +82,41 @@ def reserve(chosen: dict[int, str], now: datetime, until: datetime, otp: bool) -
         return {row[0] for row in cursor.fetchall()}
 
 
+# The number's health is read in the same statement: the instance was read before the claim, and the governor may have
+# moved it since (messaging.governor).
 _BEGIN = f"""
-UPDATE messaging_sendschedule SET reserved_by = %(message)s, reserved_until = %(until)s
- WHERE instance_id = %(instance)s
-   AND (reserved_by = %(message)s OR reserved_until IS NULL OR reserved_until <= %(now)s)
-RETURNING {', '.join(_COLUMNS)}
+UPDATE messaging_sendschedule s SET reserved_by = %(message)s, reserved_until = %(until)s
+  FROM messaging_instance i
+ WHERE s.instance_id = %(instance)s AND i.id = s.instance_id
+   AND (s.reserved_by = %(message)s OR s.reserved_until IS NULL OR s.reserved_until <= %(now)s)
+RETURNING {', '.join(f"s.{name}" for name in _COLUMNS)}, i.health_state, i.cold_paused_until
 """
 
 
-def begin(instance_id: int, message_id: uuid.UUID, now: datetime, until: datetime) -> policy.Schedule | None:
+@dataclass(frozen=True)
+class Begun:
+    """The number's schedule as this send holds it, and the number's health as it stands now."""
+
+    schedule: policy.Schedule
+    health_state: str
+    cold_paused_until: datetime | None
+
+
+def begin(instance_id: int, message_id: uuid.UUID, now: datetime, until: datetime) -> Begun | None:
     """The worker's claim on the number's one send: held by this message (or free) until `until`, the lease. None:
     another send holds it."""
+    params: dict[str, Any] = {"message": message_id, "until": until, "instance": instance_id, "now": now}
     with connection.cursor() as cursor:
-        cursor.execute(_ENSURE, {"ids": [instance_id]})
-        cursor.execute(_BEGIN, {"message": message_id, "until": until, "instance": instance_id, "now": now})
+        cursor.execute(_BEGIN, params)
         row = cursor.fetchone()
-    return None if row is None else _schedule(row)
+        if row is None and not SendSchedule.objects.filter(instance_id=instance_id).exists():
+            # A number no relay has reserved yet (the sticky sender's choice): its schedule is made, then held.
+            cursor.execute(_ENSURE, {"ids": [instance_id]})
+            cursor.execute(_BEGIN, params)
+            row = cursor.fetchone()
+    if row is None:
+        return None
+    return Begun(_schedule(row[:len(_COLUMNS)]), row[len(_COLUMNS)], row[len(_COLUMNS) + 1])
 
 
 def finish(instance_id: int, message_id: uuid.UUID, after: policy.Schedule) -> bool:

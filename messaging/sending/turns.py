@@ -42,15 +42,14 @@ def take(message: Message, token: uuid.UUID, instance: Instance) -> Turn | str:
     assert message.lease_expires_at is not None
     values = policy.values_for(SendProfile.UNOFFICIAL, instance.send_policy)
     scale = slots.scale()
-    schedule = slots.begin(instance.pk, message.pk, now, message.lease_expires_at)
+    begun = slots.begin(instance.pk, message.pk, now, message.lease_expires_at)
     unreachable = False  # held by the cold-contact quota alone
-    if schedule is None:  # another send holds the number
+    if begun is None:  # another send holds the number
         verdict = policy.Verdict(now + policy.real(values["gap_min_seconds"], scale), WaitingReason.PACING)
     else:
+        schedule = begun.schedule
         cold = exchanges.is_cold(instance.pk, message.to)
-        # The number's health as it stands now: the instance was read before the claim, the governor may have moved it.
-        health = governor.policy_terms(*Instance.objects.filter(pk=instance.pk).values_list(
-            "health_state", "cold_paused_until").get())
+        health = governor.policy_terms(begun.health_state, begun.cold_paused_until)
         verdict = policy.decide(values, schedule, now, scale, cold=cold, **health)
         if verdict.now:
             if cold:

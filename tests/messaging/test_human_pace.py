@@ -353,3 +353,24 @@ def test_a_cold_contact_another_number_may_take_is_released_for_the_sticky_sende
     assert release("marketing").released == 1
     assert worker.send_one(cold) == "sent"
     assert Message.objects.get(pk=cold).instance == other
+
+
+def test_a_number_no_relay_reserved_gets_its_schedule_at_its_first_send(alice, number):
+    # given: a number without a schedule yet (the sticky sender's choice, which no relay reserved), and a claimed message
+    import uuid
+
+    from messaging.sending import slots
+
+    [message_id] = queue(alice, "UTILITY", 1)
+    message = Message.objects.get(pk=message_id)
+    assert not SendSchedule.objects.filter(instance=number).exists()
+    now = timezone.now()
+
+    # when: the worker takes the number's turn
+    begun = slots.begin(number.pk, message.pk, now, now + timedelta(minutes=1))
+
+    # then: the schedule is made and held by this message, with the number's health as it stands
+    assert begun is not None and begun.health_state == "healthy" and begun.schedule.day_sent == 0
+    assert SendSchedule.objects.get(instance=number).reserved_by == message.pk
+    # and another message finds the number held
+    assert slots.begin(number.pk, uuid.uuid4(), now, now + timedelta(minutes=1)) is None
