@@ -116,7 +116,7 @@ def send_claimed(message: Message, token: uuid.UUID, opted_in: bool) -> str:
                                 message_id=message.own_message_id)
     if turn is not None:
         sent = outcome.kind == gateway.SENT
-        after_the_call(message, lambda: turns.end(turn, message, sent=sent), "turn_waits_for_connection")
+        waiting_for_a_connection(message, lambda: turns.end(turn, message, sent=sent), "turn_waits_for_connection")
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
         done = record_answer(message, token, instance, outcome, started)
@@ -191,33 +191,33 @@ def give_back(message: Message, token: uuid.UUID, exc: OperationalError) -> str:
     the lease runs out. That needs a connection too: wait for one while the lease lasts, as record_answer does; past
     it (or for any other error) the error stands and the reconciler's lease expiry hands the message back. Waiting
     again is safe: the pool gave nothing, so nothing was written, and the requeue is compare-and-set on the lease."""
+    if not (isinstance(exc.__cause__, PoolTimeout) and lease.lease_left(message)):
+        raise exc
     instance = message.instance  # the number this claim may have reserved (routing moves message.instance with it)
-    while isinstance(exc.__cause__, PoolTimeout) and lease.lease_left(message):
-        try:
-            with transaction.atomic():
-                given = lifecycle.requeue(message, token, timezone.now(), EventKind.WAITING,
-                                          detail={"why": NO_CONNECTION, "instance": instance.name})
-                if given and turns.is_human(instance):
-                    slots.release(instance.pk, message.pk)
-        except OperationalError as again:
-            exc = again
-            metrics.messages(f"give_back_waits_for_connection:{message.lane}")
-            continue
-        metrics.messages(f"held:no_database_connection:{message.lane}")
-        return GIVEN_BACK if given else LEASE_LOST
-    raise exc
+
+    def requeue() -> bool:
+        with transaction.atomic():
+            given = lifecycle.requeue(message, token, timezone.now(), EventKind.WAITING,
+                                      detail={"why": NO_CONNECTION, "instance": instance.name})
+            if given and turns.is_human(instance):
+                slots.release(instance.pk, message.pk)
+        return given
+
+    given = waiting_for_a_connection(message, requeue, "give_back_waits_for_connection")
+    metrics.messages(f"held:no_database_connection:{message.lane}")
+    return GIVEN_BACK if given else LEASE_LOST
 
 
 def record_answer(message: Message, token: uuid.UUID, instance: Instance, outcome: gateway.Outcome,
                   started: datetime) -> str:
-    """answers.apply_outcome for the answer of a call just made (after_the_call)."""
-    return after_the_call(message, lambda: answers.apply_outcome(message, token, instance, outcome, started),
+    """answers.apply_outcome for the answer of a call just made (waiting_for_a_connection)."""
+    return waiting_for_a_connection(message, lambda: answers.apply_outcome(message, token, instance, outcome, started),
                           "answer_waits_for_connection")
 
 
-def after_the_call(message: Message, step: Callable[[], T], waits: str) -> T:
-    """A step after the call (recording its answer, ending the number's turn), waiting for a pooled connection as long
-    as the lease lasts. The answer is the one proof of what Evolution did: a thread that gave its connection back for
+def waiting_for_a_connection(message: Message, step: Callable[[], T], waits: str) -> T:
+    """A step of a claim (recording the call's answer, ending the number's turn, giving the claim back), waiting for a
+    pooled connection as long as the lease lasts, counted in `waits`. The answer is the one proof of what Evolution did: a thread that gave its connection back for
     the call (release_while_waiting) and finds none free within the pool's wait must not drop it, or the message stays
     SENDING (and its number reserved) until its lease runs out and Evolution is asked about it. Waiting again is safe:
     the pool gave nothing, so nothing was written, and every write here is compare-and-set (on the lease, or on the
