@@ -132,6 +132,25 @@ def _derived_webhook_token(secret_key: str, name: str, salt: str) -> str:
     return hmac.new(secret_key.encode(), material, hashlib.sha256).hexdigest()
 
 
+def webhook_token_for(name: str, token_salt: str) -> str:
+    """The webhook token of the instance with this name and salt (x-webhook-token, the JWT's key)."""
+    return _derived_webhook_token(settings.SECRET_KEY, name, token_salt)
+
+
+# The two token checks, shared by Instance and the webhook's cached credentials (ingestion.auth), so
+# that there is one implementation of each to keep constant-time and strict.
+def webhook_token_matches(name: str, token_salt: str, candidate: str) -> bool:
+    # Constant time, on bytes: a non-ASCII or lone-surrogate header is a wrong token, not a
+    # TypeError from compare_digest.
+    return hmac.compare_digest(webhook_token_for(name, token_salt).encode(), candidate.encode("utf-8", "surrogatepass"))
+
+
+def evolution_token_matches(evolution_token_hash: str, candidate: str) -> bool:
+    if not evolution_token_hash:
+        return False  # no Evolution token was ever given: none proves anything
+    return hmac.compare_digest(evolution_token_hash, hash_secret(candidate))
+
+
 class Instance(models.Model):
     """One WhatsApp number connected on Evolution API."""
 
@@ -222,17 +241,13 @@ class Instance(models.Model):
 
     @property
     def webhook_token(self) -> str:
-        return _derived_webhook_token(settings.SECRET_KEY, self.name, self.token_salt)
+        return webhook_token_for(self.name, self.token_salt)
 
     def check_webhook_token(self, candidate: str) -> bool:
-        # Constant time, on bytes: a non-ASCII or lone-surrogate header is a wrong token, not a
-        # TypeError from compare_digest.
-        return hmac.compare_digest(self.webhook_token.encode(), candidate.encode("utf-8", "surrogatepass"))
+        return webhook_token_matches(self.name, self.token_salt, candidate)
 
     def check_evolution_token(self, candidate: str) -> bool:
-        if not self.evolution_token_hash:
-            return False
-        return hmac.compare_digest(self.evolution_token_hash, hash_secret(candidate))
+        return evolution_token_matches(self.evolution_token_hash, candidate)
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
