@@ -1,7 +1,9 @@
 """Who may post events: Evolution (per instance) and our own forwarding processes (docs/security.md, "Evolution's webhook and the internal forward").
 
 Instance auth material (name, token salt, Evolution token hash) is cached per process for
-`AUTH_CACHE_SECONDS`, so a receipt storm does not cost a SELECT per webhook. What that changes:
+`AUTH_CACHE_SECONDS`, so a receipt storm does not cost a SELECT per webhook. It is read by one fixed,
+prepared statement into a small immutable `InstanceCredentials`, whose token checks are Instance's own.
+What the cache changes:
 - a credential that fails against the cached copy is checked once more against a fresh read, so a
   new (re-keyed) token or a newly added instance works at once;
 - an old token keeps working for at most `AUTH_CACHE_SECONDS` after a re-key (as does a deleted
@@ -26,13 +28,15 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import jwt
 from django.conf import settings
 from django.http import HttpRequest
 
-from messaging.models import Instance
+from messaging.models import Instance, evolution_token_matches, webhook_token_for, webhook_token_matches
+from messaging.prepared import prepared_cursor
 from pilot_status.database import checking_connection
 
 from . import inbox
@@ -48,15 +52,38 @@ CREDENTIAL_MAX_CHARS = 512  # x-webhook-token, body apikey, x-internal-webhook-s
 JWT_MAX_CHARS = 4096  # Authorization: Bearer <jwt>
 
 # The caches: least recently used entries go first once either bound is reached. An entry's bytes
-# are estimated (the name, plus what a model instance or a timestamp and the LRU's links cost).
+# are estimated (the name, plus what its value, its timestamp and the LRU's links cost).
 KNOWN_MAX_ENTRIES = 2_000
 KNOWN_MAX_BYTES = 4 * 1024 * 1024
 UNKNOWN_MAX_ENTRIES = 10_000
 UNKNOWN_MAX_BYTES = 2 * 1024 * 1024
-_KNOWN_ENTRY_OVERHEAD = 2_048  # an Instance with its __dict__ and _state (measured: ~700; a loaded row more)
+_KNOWN_ENTRY_OVERHEAD = 512  # InstanceCredentials and its salt, hash and pk, the LRU's link and tuple (measured: ~420)
 _UNKNOWN_ENTRY_OVERHEAD = 256  # the LRU's link and dict slot, a (float, None, int) tuple (measured: ~250)
 
 V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceCredentials:
+    """What proves an event to be an instance's, as read for it: all auth keeps of an instance.
+
+    Small and immutable, so that a cached copy is shared by gthread's threads as it is; the checks
+    are Instance's own (messaging.models), not a second implementation."""
+
+    pk: int
+    name: str
+    token_salt: str
+    evolution_token_hash: str
+
+    @property
+    def webhook_token(self) -> str:
+        return webhook_token_for(self.name, self.token_salt)
+
+    def check_webhook_token(self, candidate: str) -> bool:
+        return webhook_token_matches(self.name, self.token_salt, candidate)
+
+    def check_evolution_token(self, candidate: str) -> bool:
+        return evolution_token_matches(self.evolution_token_hash, candidate)
 
 
 class _Remembered(Generic[V]):
@@ -110,7 +137,7 @@ class _Remembered(Generic[V]):
             self._bytes -= hit[2]
 
 
-_known: _Remembered[Instance] = _Remembered(_KNOWN_ENTRY_OVERHEAD)
+_known: _Remembered[InstanceCredentials] = _Remembered(_KNOWN_ENTRY_OVERHEAD)
 _unknown: _Remembered[None] = _Remembered(_UNKNOWN_ENTRY_OVERHEAD)  # names read and not found
 
 
@@ -126,7 +153,7 @@ def is_internal(request: HttpRequest) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), settings.INTERNAL_WEBHOOK_SECRET.encode())
 
 
-def authenticate_evolution(request: HttpRequest, payload: dict[str, Any]) -> Instance | None:
+def authenticate_evolution(request: HttpRequest, payload: dict[str, Any]) -> InstanceCredentials | None:
     """The instance the event claims to come from, if any one of Evolution's schemes proves it."""
     name = payload.get("instance")
     if not inbox.instance_name_ok(name):
@@ -139,9 +166,9 @@ def authenticate_evolution(request: HttpRequest, payload: dict[str, Any]) -> Ins
         return None
     # Not cached, or refused by a copy up to AUTH_CACHE_SECONDS old (the token may have just been
     # re-keyed): the database decides. Only an Evolution-shaped body may leave its name behind.
-    instance = _read(name, remember_unknown=inbox.is_evolution_event(payload))
-    if instance is not None and _proves(request, payload, instance):
-        return instance
+    credentials = _read(name, remember_unknown=inbox.is_evolution_event(payload))
+    if credentials is not None and _proves(request, payload, credentials):
+        return credentials
     return None
 
 
@@ -162,21 +189,37 @@ def on_instance_changed(sender: Any, instance: Instance, **kwargs: Any) -> None:
     _unknown.pop(instance.name)
 
 
-def _read(name: str, remember_unknown: bool) -> Instance | None:
+# One fixed statement, prepared on each connection: the columns auth needs and nothing else, no
+# ORDER BY (the name is unique). It runs for every webhook whose instance the cache has outlived,
+# so an ORM query (compiled each time, all of Instance's columns, a model built) costs too much here.
+_CREDENTIALS_SQL = (
+    "SELECT id, name, token_salt, evolution_token_hash FROM messaging_instance WHERE name = %s"
+)
+
+
+def _select_credentials(name: str) -> InstanceCredentials | None:
+    with prepared_cursor() as cursor:
+        cursor.execute(_CREDENTIALS_SQL, (name,))
+        row = cursor.fetchone()
+    return None if row is None else InstanceCredentials(*row)
+
+
+def _read(name: str, remember_unknown: bool) -> InstanceCredentials | None:
     # Often a webhook's first statement (the cache outlived, as for a thousand numbers each sending every half minute):
     # it is the connection's health check too, instead of a SELECT 1 before it.
-    instance = checking_connection(lambda: Instance.objects.filter(name=name).first())
-    if instance is None:
+    credentials = checking_connection(lambda: _select_credentials(name))
+    if credentials is None:
         _known.pop(name)
         if remember_unknown:
             _unknown.put(name, None, UNKNOWN_MAX_ENTRIES, UNKNOWN_MAX_BYTES)
     else:
         _unknown.pop(name)
-        _known.put(name, instance, KNOWN_MAX_ENTRIES, KNOWN_MAX_BYTES)
-    return instance
+        # Keyed by the row's own name string, which the value holds too: one string per entry.
+        _known.put(credentials.name, credentials, KNOWN_MAX_ENTRIES, KNOWN_MAX_BYTES)
+    return credentials
 
 
-def _proves(request: HttpRequest, payload: dict[str, Any], instance: Instance) -> bool:
+def _proves(request: HttpRequest, payload: dict[str, Any], instance: InstanceCredentials) -> bool:
     token = credential(request.META.get("HTTP_X_WEBHOOK_TOKEN"))
     if token is not None and instance.check_webhook_token(token):
         return True
@@ -189,7 +232,7 @@ def _proves(request: HttpRequest, payload: dict[str, Any], instance: Instance) -
     return apikey is not None and instance.check_evolution_token(apikey)
 
 
-def _valid_jwt(token: str, instance: Instance) -> bool:
+def _valid_jwt(token: str, instance: InstanceCredentials) -> bool:
     # Evolution's jwt_key scheme: HS256, {iat, exp: iat+600, app: "evolution", action: "webhook"},
     # signed with the jwt_key we gave it, which is the instance's webhook token.
     try:

@@ -16,7 +16,6 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from messaging.api.throttling import take_token
-from messaging.models import Instance
 from pilot_status import heartbeats, jsonbody, metrics, observe
 from pilot_status.errors import error_response
 
@@ -111,7 +110,7 @@ def _answer_body(status: str, reason: str) -> bytes:
 WEBHOOK_LEASE_SECONDS = 1.0
 
 
-def _over_rate(instance: Instance) -> HttpResponse | None:
+def _over_rate(instance: auth.InstanceCredentials) -> HttpResponse | None:
     """429 when this instance's webhooks are over WEBHOOK_RATE_PER_INSTANCE; None to go on.
 
     The client API's token bucket (Redis, shared by every webhook process; per process while

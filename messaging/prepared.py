@@ -2,9 +2,10 @@
 
 Once prepared on a connection, Postgres no longer parses and plans them each time, which is a large
 share of its CPU per accepted message (bench/findings.md, "Prepared statements"). Only the statements that run once or
-more per message use this (accepting, claiming, a send's result, a receipt); the rest of the
-project keeps Django's defaults (client-side binding, no prepared statements). Needs
-`prepare_threshold` in the database OPTIONS so that a cursor may ask (settings.DATABASES).
+more per message use this (accepting, claiming, a send's result, a receipt, a webhook's instance
+credentials); the rest of the project keeps Django's defaults (client-side binding, no prepared
+statements). Needs `prepare_threshold` in the database OPTIONS so that a cursor may ask
+(settings.DATABASES).
 
 Why this module and not Django's own switch (issue 25): Django exposes psycopg's preparation only
 as OPTIONS "server_side_binding": True plus "prepare_threshold", which moves every query of every
