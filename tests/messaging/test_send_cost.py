@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import connection
 
+from messaging import opt_ins
 from messaging.models import Message
 from messaging.sending import worker
 from pilot_status import metrics
@@ -49,3 +50,44 @@ def test_a_send_costs_three_statements(simulator, alice, alice_instance, django_
     assert message.status == "SENT" and message.attempts == 1 and message.evolution_message_id
     assert int(metrics.redis().get(sent_counter) or 0) == before + 1  # counted as a saved event would be
     assert list(message.events.order_by("created_at", "pk").values_list("kind", flat=True))[-2:] == ["ATTEMPT", "STATUS"]
+
+
+def test_an_unofficial_numbers_send_costs_eight_statements(simulator, alice, django_capture_on_commit_callbacks):
+    # given: an unofficial number that knows the recipient, a message asked on it (as bench B9's), the relay's
+    # reservation of the number for it, and the number's state learnt by an earlier send
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from messaging import dispatch, exchanges
+    from messaging.accept import SendRequest, accept_message
+    from messaging.models import Environment, SendSchedule
+    from tests.conftest import add_instance
+
+    number = add_instance(alice.project, "alice-phone", priority=10, profile="unofficial")
+    open_on_simulator(simulator, number)
+    recipient = alice.project.test_number
+    exchanges.received(number.name, recipient, timezone.now())
+    opt_ins.record(alice.project, recipient, "form")
+
+    def reserved() -> str:
+        SendSchedule.objects.filter(instance=number).update(next_send_at=timezone.now() - timedelta(seconds=1))
+        accepted = accept_message(alice.project, None, Environment.LIVE,
+                                  SendRequest(recipient, "UTILITY", "hi", instance=number.name))
+        assert dispatch.release_due(lanes=("utility",)).released == 1
+        return str(accepted["id"])
+
+    assert worker.send_one(reserved()) == "sent"
+    message_id = reserved()
+
+    # when: the lane worker sends it
+    with django_capture_on_commit_callbacks(execute=True), counted() as statements:
+        assert worker.send_one(message_id) == "sent"
+
+    # then: the claim, the number's turn, the cold check, the turn's end, the exchange, the result with its timeline
+    # lines, the look for receipts that raced ahead of the send, and the release that finds nothing to free
+    assert statements == ["WITH", "UPDATE", "SELECT", "UPDATE", "INSERT", "WITH", "SELECT", "UPDATE"], statements
+    schedule = SendSchedule.objects.get(instance=number)
+    assert schedule.reserved_by is None and schedule.day_sent == 2 and schedule.day_cold == 0
+    message = Message.objects.get(pk=message_id)
+    assert message.status == "SENT" and message.attempts == 1
