@@ -11,6 +11,7 @@ import time
 import uuid
 from datetime import datetime, timedelta
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
 from django.db import OperationalError, transaction
@@ -85,22 +86,31 @@ def claim(message_id: str) -> Claimed | None:
     return None if claimed is None else Claimed(claimed[0], token, claimed[1])
 
 
+@dataclass
+class Progress:
+    """How far a claim got, for send_one's clean-up: whether its number's turn ended (turns.end freed the number)."""
+
+    turn_ended: bool = False
+
+
 def send_one(message_id: str) -> str:
     claimed = claim(message_id)
     if claimed is None:
         return NOTHING_TO_CLAIM
     message, token, opted_in = claimed
     claimed_on = message.instance
+    progress = Progress()
     try:
-        return send_claimed(message, token, opted_in)
+        return send_claimed(message, token, opted_in, progress)
     finally:
-        if turns.is_human(claimed_on):
-            # Whatever ended the claim (an expiry, a lost answer settled, a TEST number, a crash), the number its
-            # relay reserved for this message is free again; after a send, `turns.end` already freed it.
+        if turns.is_human(claimed_on) and not progress.turn_ended:
+            # Whatever else ended the claim (an expiry, a hold, a lost answer settled, a TEST number, a claim given
+            # back, a turn whose end failed, a crash), the number its relay reserved for this message is free again.
+            # After a send `turns.end` already freed it (or found it held by another send): nothing is left to free.
             slots.release(claimed_on.pk, message.pk)
 
 
-def send_claimed(message: Message, token: uuid.UUID, opted_in: bool) -> str:
+def send_claimed(message: Message, token: uuid.UUID, opted_in: bool, progress: Progress | None = None) -> str:
     try:
         ready = before_the_call(message, token, opted_in)
     except OperationalError as exc:
@@ -117,6 +127,8 @@ def send_claimed(message: Message, token: uuid.UUID, opted_in: bool) -> str:
     if turn is not None:
         sent = outcome.kind == gateway.SENT
         waiting_for_a_connection(message, lambda: turns.end(turn, message, sent=sent), "turn_waits_for_connection")
+        if progress is not None:
+            progress.turn_ended = True
     if outcome.kind == gateway.SENT and route.circuits_closed:
         # Recorded after the SENT is: the breakers' round trip is not part of an OTP's accept → SENT.
         done = record_answer(message, token, instance, outcome, started)

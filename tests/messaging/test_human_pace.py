@@ -279,6 +279,27 @@ def test_a_claim_that_sends_nothing_frees_its_number(alice, number):
     assert SendSchedule.objects.get(instance=number).reserved_by is None
 
 
+def test_a_send_whose_turn_fails_to_end_still_frees_its_number(simulator, alice, number, monkeypatch):
+    # given: a message the relay reserved the number for, and a turn's end that fails (a database error other than a
+    # pool without a free connection: waiting_for_a_connection does not wait for it)
+    from messaging.sending import slots
+
+    open_on_simulator(simulator, number)
+    [message_id] = queue(alice, "UTILITY", 1)
+    assert release().released == 1
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the turn's end failed")
+
+    monkeypatch.setattr(slots, "finish", failing)
+    # when: the lane worker sends it; then: the error stands, the send went out, and the number is free for its next
+    # message at once, not held until the claim's lease runs out
+    with pytest.raises(RuntimeError):
+        worker.send_one(message_id)
+    assert len(sends_ok(simulator, number.name)) == 1
+    assert SendSchedule.objects.get(instance=number).reserved_by is None
+
+
 def out_of_cold_contacts(instance) -> None:
     """A new number that wrote to its first day's 10 cold contacts: its warm-up's cold quota is used up."""
     now = timezone.now()
