@@ -37,9 +37,24 @@ def received(instance_name: str, phone: str, at: datetime) -> None:
                        {"name": instance_name, "phone": phone, "at": at, "direction": INBOUND})
 
 
+# Whether the number `{instance}` (an SQL expression) never exchanged a message with the recipient: an expression for a
+# statement that asks it along with more (slots.begin asks it with the number's turn), its parameters `cold_params`'.
+COLD = """NOT EXISTS (SELECT 1 FROM messaging_contact c
+                    WHERE c.instance_id = {instance} AND c.phone IN (%(cold_phone)s, %(cold_variant)s))"""
+
+
+def cold_params(phone: str) -> dict[str, str]:
+    """COLD's parameters for a recipient: the number as written and its other form (Brazil's ninth digit either way;
+    the same number twice when it has none)."""
+    variants = phone_variants(phone)
+    return {"cold_phone": variants[0], "cold_variant": variants[-1]}
+
+
 def is_cold(instance_id: int, phone: str) -> bool:
     """A recipient this number never exchanged a message with (Brazil's ninth digit either way)."""
-    return not Contact.objects.filter(instance_id=instance_id, phone__in=phone_variants(phone)).exists()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {COLD.format(instance='%(instance)s')}", {"instance": instance_id, **cold_params(phone)})
+        return bool(cursor.fetchone()[0])
 
 
 def known_pairs(pairs: Iterable[tuple[int, str]]) -> set[tuple[int, str]]:

@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from .. import exchanges
 from ..models import SendSchedule
 from . import policy
 
@@ -83,40 +84,51 @@ def reserve(chosen: dict[int, str], now: datetime, until: datetime, otp: bool) -
 
 
 # The number's health is read in the same statement: the instance was read before the claim, and the governor may have
-# moved it since (messaging.governor).
-_BEGIN = f"""
+# moved it since (messaging.governor). So is whether the recipient is a cold contact of the number, when asked: the
+# policy needs it whenever the turn is taken, and a statement of its own would be one more round trip per send.
+_BEGIN = """
 UPDATE messaging_sendschedule s SET reserved_by = %(message)s, reserved_until = %(until)s
   FROM messaging_instance i
  WHERE s.instance_id = %(instance)s AND i.id = s.instance_id
    AND (s.reserved_by = %(message)s OR s.reserved_until IS NULL OR s.reserved_until <= %(now)s)
-RETURNING {', '.join(f"s.{name}" for name in _COLUMNS)}, i.health_state, i.cold_paused_until
+RETURNING {columns}, i.health_state, i.cold_paused_until, {cold}
 """
+_BEGIN_COLUMNS = ", ".join(f"s.{name}" for name in _COLUMNS)
+_BEGIN_COLD = _BEGIN.format(columns=_BEGIN_COLUMNS, cold=exchanges.COLD.format(instance="s.instance_id"))
+_BEGIN_ONLY = _BEGIN.format(columns=_BEGIN_COLUMNS, cold="NULL")
 
 
 @dataclass(frozen=True)
 class Begun:
-    """The number's schedule as this send holds it, and the number's health as it stands now."""
+    """The number's schedule as this send holds it, the number's health as it stands now, and whether the recipient
+    is a cold contact of the number (exchanges.is_cold; None when not asked)."""
 
     schedule: policy.Schedule
     health_state: str
     cold_paused_until: datetime | None
+    cold: bool | None = None
 
 
-def begin(instance_id: int, message_id: uuid.UUID, now: datetime, until: datetime) -> Begun | None:
-    """The worker's claim on the number's one send: held by this message (or free) until `until`, the lease. None:
-    another send holds it."""
+def begin(instance_id: int, message_id: uuid.UUID, now: datetime, until: datetime, to: str | None = None) -> Begun | None:
+    """The worker's claim on the number's one send: held by this message (or free) until `until`, the lease, with
+    whether the recipient `to` (when given) is a cold contact of the number. None: another send holds it."""
     params: dict[str, Any] = {"message": message_id, "until": until, "instance": instance_id, "now": now}
+    statement = _BEGIN_ONLY
+    if to is not None:
+        params.update(exchanges.cold_params(to))
+        statement = _BEGIN_COLD
     with connection.cursor() as cursor:
-        cursor.execute(_BEGIN, params)
+        cursor.execute(statement, params)
         row = cursor.fetchone()
         if row is None and not SendSchedule.objects.filter(instance_id=instance_id).exists():
             # A number no relay has reserved yet (the sticky sender's choice): its schedule is made, then held.
             cursor.execute(_ENSURE, {"ids": [instance_id]})
-            cursor.execute(_BEGIN, params)
+            cursor.execute(statement, params)
             row = cursor.fetchone()
     if row is None:
         return None
-    return Begun(_schedule(row[:len(_COLUMNS)]), row[len(_COLUMNS)], row[len(_COLUMNS) + 1])
+    n = len(_COLUMNS)
+    return Begun(_schedule(row[:n]), row[n], row[n + 1], row[n + 2])
 
 
 def finish(instance_id: int, message_id: uuid.UUID, after: policy.Schedule) -> bool:

@@ -42,13 +42,14 @@ def take(message: Message, token: uuid.UUID, instance: Instance) -> Turn | str:
     assert message.lease_expires_at is not None
     values = policy.values_for(SendProfile.UNOFFICIAL, instance.send_policy)
     scale = slots.scale()
-    begun = slots.begin(instance.pk, message.pk, now, message.lease_expires_at)
+    begun = slots.begin(instance.pk, message.pk, now, message.lease_expires_at, to=message.to)
     unreachable = False  # held by the cold-contact quota alone
     if begun is None:  # another send holds the number
         verdict = policy.Verdict(now + policy.real(values["gap_min_seconds"], scale), WaitingReason.PACING)
     else:
         schedule = begun.schedule
-        cold = exchanges.is_cold(instance.pk, message.to)
+        assert begun.cold is not None
+        cold = begun.cold
         health = governor.policy_terms(begun.health_state, begun.cold_paused_until)
         verdict = policy.decide(values, schedule, now, scale, cold=cold, **health)
         if verdict.now:

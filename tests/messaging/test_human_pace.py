@@ -395,3 +395,25 @@ def test_a_number_no_relay_reserved_gets_its_schedule_at_its_first_send(alice, n
     assert SendSchedule.objects.get(instance=number).reserved_by == message.pk
     # and another message finds the number held
     assert slots.begin(number.pk, uuid.uuid4(), now, now + timedelta(minutes=1)) is None
+
+
+def test_a_numbers_turn_says_whether_the_recipient_is_a_cold_contact(alice, number):
+    # given: a claimed message to a Brazilian mobile, and a number that has not exchanged with it yet
+    import uuid
+
+    from messaging import exchanges
+    from messaging.sending import slots
+
+    [message_id] = queue(alice, "UTILITY", 1, to="+5531999999999")
+    now = timezone.now()
+    until = now + timedelta(minutes=1)
+
+    # when: the worker takes the number's turn, asking about the recipient; then: a cold contact, as is_cold says
+    begun = slots.begin(number.pk, uuid.UUID(message_id), now, until, to="+5531999999999")
+    assert begun is not None and begun.cold is True and exchanges.is_cold(number.pk, "+5531999999999")
+    # and once the recipient wrote to the number from the jid without the ninth digit, no longer cold
+    knows(number, "+553199999999")
+    begun = slots.begin(number.pk, uuid.UUID(message_id), now, until, to="+5531999999999")
+    assert begun is not None and begun.cold is False and not exchanges.is_cold(number.pk, "+5531999999999")
+    # and a turn taken without a recipient does not ask
+    assert slots.begin(number.pk, uuid.UUID(message_id), now, until).cold is None
