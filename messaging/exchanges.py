@@ -23,11 +23,19 @@ ON CONFLICT (instance_id, phone) DO UPDATE SET last_exchange_at = EXCLUDED.last_
 """
 
 
+# `sent` as a CTE, for a statement that writes more (slots.finish ends the number's turn with it), its parameters
+# `sent_params`'.
+SENT_CTE = "exchanged AS (" + _EXCHANGED.format(match="id = %(instance)s") + ")"
+
+
+def sent_params(instance_id: int, phone: str, at: datetime) -> dict[str, object]:
+    return {"instance": instance_id, "phone": phone, "at": at, "direction": OUTBOUND}
+
+
 def sent(instance_id: int, phone: str, at: datetime) -> None:
     """A number sent to a recipient; an older exchange never overwrites a newer one."""
     with connection.cursor() as cursor:
-        cursor.execute(_EXCHANGED.format(match="id = %(instance)s"),
-                       {"instance": instance_id, "phone": phone, "at": at, "direction": OUTBOUND})
+        cursor.execute(_EXCHANGED.format(match="id = %(instance)s"), sent_params(instance_id, phone, at))
 
 
 def received(instance_name: str, phone: str, at: datetime) -> None:

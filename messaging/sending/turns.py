@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from pilot_status import metrics
 
-from .. import exchanges, governor, lifecycle
+from .. import governor, lifecycle
 from ..choices import WaitingReason
 from ..models import EventKind, FailureReason, Instance, Message, SendProfile
 from . import human_pace, policy, slots
@@ -81,6 +81,5 @@ def end(turn: Turn, message: Message, sent: bool) -> None:
     recipient is no longer a cold contact of this number."""
     now = timezone.now()
     slots.finish(turn.instance_id, message.pk, policy.after_send(turn.values, turn.schedule, now, turn.scale,
-                                                                 cold=turn.cold))
-    if sent:
-        exchanges.sent(turn.instance_id, message.to, now)
+                                                                 cold=turn.cold),
+                 sent_to=message.to if sent else None, at=now)

@@ -417,3 +417,25 @@ def test_a_numbers_turn_says_whether_the_recipient_is_a_cold_contact(alice, numb
     assert begun is not None and begun.cold is False and not exchanges.is_cold(number.pk, "+5531999999999")
     # and a turn taken without a recipient does not ask
     assert slots.begin(number.pk, uuid.UUID(message_id), now, until).cold is None
+
+
+def test_a_turn_that_ends_after_another_send_took_the_number_records_the_exchange_only(alice, number):
+    # given: a number another send holds now (this message's lease ran out and the number was taken)
+    import uuid
+
+    from messaging.sending import policy, slots
+
+    now = timezone.now()
+    other = uuid.uuid4()
+    SendSchedule.objects.create(instance=number, reserved_by=other, reserved_until=now + timedelta(minutes=1))
+
+    # when: this message's turn ends after its send went out
+    ended = slots.finish(number.pk, uuid.uuid4(), policy.Schedule(next_send_at=now, hour_sent=1, day_sent=1),
+                         sent_to="+5511988887777", at=now)
+
+    # then: its schedule is the other send's, untouched, and the number knows the recipient all the same
+    assert ended is False
+    schedule = SendSchedule.objects.get(instance=number)
+    assert (schedule.reserved_by, schedule.day_sent, schedule.next_send_at) == (other, 0, None)
+    contact = Contact.objects.get(instance=number, phone="+5511988887777")
+    assert (contact.last_direction, contact.last_exchange_at) == ("outbound", now)
