@@ -87,18 +87,13 @@ def _loading(model: type[models.Model]) -> tuple[list[str], list[tuple[int, list
     return [field.attname for field in fields], converting
 
 
-def _prep(model: type[models.Model], name: str, value: Any) -> Any:
-    field = model._meta.get_field(name)
-    assert isinstance(field, models.Field)
-    return field.get_db_prep_save(value, connection)
-
-
 # Two parameters of every write of a message go as text, cast in SQL: psycopg's list and JSON
 # dumpers are Python code that a cursor sets up again for each statement, on the receipts' hot path.
 _STATUS = re.compile(r"^[A-Z_]+$")
 
 
-def _text_array(statuses: Iterable[str]) -> str:
+@functools.cache
+def _text_array(statuses: tuple[str, ...]) -> str:
     """Statuses as a Postgres array literal; they are enum values, so nothing needs quoting."""
     values = list(statuses)
     assert all(_STATUS.match(value) for value in values), values
@@ -166,6 +161,48 @@ def message_by_evolution_id(key_id: str, instance_name: str) -> Message | None:
     return None if row is None else load(Message, row)
 
 
+_PLAIN, _KEEP_EARLIER, _FILL_EMPTY = "", "keep_earlier", "fill_empty"
+
+
+@functools.cache
+def _setting(shape: tuple[tuple[str, str], ...]) -> tuple[str, tuple[tuple[Any, bool], ...]]:
+    """The SET list of a compare-and-set that changes these fields (name, how), and each value's preparer (the field's
+    get_db_prep_save) with whether it leaves a None as it is: worked out once per shape of change (a few per process)
+    instead of looking every field up and formatting every assignment on each write."""
+    assignments, preparers = [], []
+    for name, how in shape:
+        field = Message._meta.get_field(name)
+        assert isinstance(field, models.Field)
+        column = field.column
+        if how == _KEEP_EARLIER:
+            assignments.append(f'"{column}" = COALESCE("{column}", %s)')
+        elif how == _FILL_EMPTY:
+            assignments.append(f'"{column}" = COALESCE(NULLIF("{column}", \'\'), %s)')
+        else:
+            assignments.append(f'"{column}" = %s')
+        preparers.append((field.get_db_prep_save, field.get_db_prep_save(None, connection) is None))
+    return ", ".join(assignments), tuple(preparers)
+
+
+@functools.cache
+def _ctes(setting: str, message_ref: str, leased: bool, n_lines: int) -> str:
+    where = f"id = {message_ref} AND status = ANY(%s::varchar[])"
+    if leased:
+        where += " AND lease_token = %s"
+    ctes = f"changed AS (UPDATE messaging_message SET {setting} WHERE {where} RETURNING id, category)"
+    if n_lines:
+        rows = ", ".join(["(%s::varchar, %s::varchar, %s::jsonb, %s::timestamptz, %s::int)"] * n_lines)
+        ctes += f""",
+timeline AS (
+    INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
+    SELECT changed.id, e.kind, e.actor, e.detail, GREATEST(e.created_at, clock_timestamp())
+      FROM changed, (VALUES {rows}) AS e(kind, actor, detail, created_at, position)
+     ORDER BY e.position
+    RETURNING 1
+)"""
+    return ctes
+
+
 def compare_and_set_ctes(
     message_ref: str,
     ref_params: Sequence[Any],
@@ -181,39 +218,26 @@ def compare_and_set_ctes(
     A line is stamped no earlier than the database's clock once the update holds the message's
     row: two receipts racing for one message read their clocks in Python in one order and may
     take the row in the other, and the timeline must list them in the order they were applied."""
-    assignments, params = [], []
+    shape, values = [], []
     for name, value in changes.items():
-        field = Message._meta.get_field(name)
-        assert isinstance(field, models.Field)
-        column = field.column
         if isinstance(value, KeepEarlier):
-            assignments.append(f'"{column}" = COALESCE("{column}", %s)')
-            params.append(_prep(Message, name, value.value))
+            shape.append((name, _KEEP_EARLIER))
+            values.append(value.value)
         elif isinstance(value, FillEmpty):
-            assignments.append(f'"{column}" = COALESCE(NULLIF("{column}", \'\'), %s)')
-            params.append(_prep(Message, name, value.value))
+            shape.append((name, _FILL_EMPTY))
+            values.append(value.value)
         else:
-            assignments.append(f'"{column}" = %s')
-            params.append(_prep(Message, name, value))
-    where = f"id = {message_ref} AND status = ANY(%s::varchar[])"
-    params += [*ref_params, _text_array(from_statuses)]
+            shape.append((name, _PLAIN))
+            values.append(value)
+    setting, preparers = _setting(tuple(shape))
+    params = [None if value is None and keeps_none else prepare(value, connection)
+              for value, (prepare, keeps_none) in zip(values, preparers)]
+    params += [*ref_params, _text_array(tuple(from_statuses))]
     if lease_token is not None:
-        where += " AND lease_token = %s"
         params.append(lease_token)
-    ctes = f"changed AS (UPDATE messaging_message SET {', '.join(assignments)} WHERE {where} RETURNING id, category)"
-    if lines:
-        rows = ", ".join(["(%s::varchar, %s::varchar, %s::jsonb, %s::timestamptz, %s::int)"] * len(lines))
-        for position, line in enumerate(lines):
-            params += [line.kind, line.actor, _detail_json(line.detail), line.created_at, position]
-        ctes += f""",
-timeline AS (
-    INSERT INTO messaging_messageevent (message_id, kind, actor, detail, created_at)
-    SELECT changed.id, e.kind, e.actor, e.detail, GREATEST(e.created_at, clock_timestamp())
-      FROM changed, (VALUES {rows}) AS e(kind, actor, detail, created_at, position)
-     ORDER BY e.position
-    RETURNING 1
-)"""
-    return ctes, params
+    for position, line in enumerate(lines):
+        params += [line.kind, line.actor, _detail_json(line.detail), line.created_at, position]
+    return _ctes(setting, message_ref, lease_token is not None, len(lines)), params
 
 
 def compare_and_set(
