@@ -21,6 +21,7 @@ from django.db import connection
 
 from .. import exchanges
 from ..models import SendSchedule
+from ..prepared import prepared_cursor
 from . import policy
 
 _ENSURE = """
@@ -83,6 +84,8 @@ def reserve(chosen: dict[int, str], now: datetime, until: datetime, otp: bool) -
         return {row[0] for row in cursor.fetchall()}
 
 
+# A send's turn is taken (`begin`) and ended (`finish`) once per unofficial message: both are prepared statements
+# (messaging.prepared), as the claim and the answer's are.
 # The number's health is read in the same statement: the instance was read before the claim, and the governor may have
 # moved it since (messaging.governor). So is whether the recipient is a cold contact of the number, when asked: the
 # policy needs it whenever the turn is taken, and a statement of its own would be one more round trip per send.
@@ -117,12 +120,14 @@ def begin(instance_id: int, message_id: uuid.UUID, now: datetime, until: datetim
     if to is not None:
         params.update(exchanges.cold_params(to))
         statement = _BEGIN_COLD
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(statement, params)
         row = cursor.fetchone()
-        if row is None and not SendSchedule.objects.filter(instance_id=instance_id).exists():
-            # A number no relay has reserved yet (the sticky sender's choice): its schedule is made, then held.
+    if row is None and not SendSchedule.objects.filter(instance_id=instance_id).exists():
+        # A number no relay has reserved yet (the sticky sender's choice): its schedule is made, then held.
+        with connection.cursor() as cursor:
             cursor.execute(_ENSURE, {"ids": [instance_id]})
+        with prepared_cursor() as cursor:
             cursor.execute(statement, params)
             row = cursor.fetchone()
     if row is None:
@@ -147,7 +152,7 @@ def finish(instance_id: int, message_id: uuid.UUID, after: policy.Schedule, sent
     values: dict[str, Any] = {name: getattr(after, name) for name in _COLUMNS}
     values["cold_sent_at"] = list(after.cold_sent_at)
     params = {**values, "instance": instance_id, "message": message_id}
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         if sent_to is None:
             cursor.execute(_FINISH, params)
             return bool(cursor.rowcount)
@@ -162,5 +167,5 @@ _RELEASE = "UPDATE messaging_sendschedule SET reserved_by = NULL, reserved_until
 
 def release(instance_id: int, message_id: uuid.UUID) -> None:
     """Give the number back without a send (the message was held or re-routed)."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_RELEASE, {"instance": instance_id, "message": message_id})
