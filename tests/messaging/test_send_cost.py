@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from django.db import connection
 
 from messaging import opt_ins
@@ -52,6 +53,7 @@ def test_a_send_costs_three_statements(simulator, alice, alice_instance, django_
     assert list(message.events.order_by("created_at", "pk").values_list("kind", flat=True))[-2:] == ["ATTEMPT", "STATUS"]
 
 
+@pytest.mark.usefixtures("empty_lanes")  # the relay publishes its tasks: none is left for the tests after this one
 def test_an_unofficial_numbers_send_costs_five_statements(simulator, alice, django_capture_on_commit_callbacks):
     # given: an unofficial number that knows the recipient, a message asked on it (as bench B9's), the relay's
     # reservation of the number for it, and the number's state learnt by an earlier send
