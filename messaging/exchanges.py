@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 
@@ -28,7 +29,7 @@ ON CONFLICT (instance_id, phone) DO UPDATE SET last_exchange_at = EXCLUDED.last_
 SENT_CTE = "exchanged AS (" + _EXCHANGED.format(match="id = %(instance)s") + ")"
 
 
-def sent_params(instance_id: int, phone: str, at: datetime) -> dict[str, object]:
+def sent_params(instance_id: int, phone: str, at: datetime) -> dict[str, Any]:
     return {"instance": instance_id, "phone": phone, "at": at, "direction": OUTBOUND}
 
 
