@@ -12,7 +12,7 @@ import sys
 
 from aiohttp import web
 
-from . import banmodel
+from . import banmodel, collector
 from .app import load_preload, make_app
 from .config import DEFAULT_API_KEY, DEFAULT_EXCHANGE, GlobalConfig, env_first
 from .keys import WORLD
@@ -75,10 +75,13 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    collector.settle()
+    collecting = loop.create_task(collector.collect_every())
     print(f"simulator listening on http://{args.host}:{port}", flush=True)
     try:
         await stop.wait()
     finally:
+        collecting.cancel()
         await runner.cleanup()
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import banmodel, jsonbody
+from . import banmodel, collector, jsonbody
 from .errors import Halt, reply
 from .events import upper_name
 from .faults import Faults
@@ -349,6 +349,7 @@ async def stats(request: web.Request) -> web.StreamResponse:
         "gateway_queue": {"waiting": s.queue_waiting,
                           "on_arrival": {str(k): v for k, v in sorted(s.queue_on_arrival.items())}},
         "cpu_seconds": time.process_time(),
+        "collector": collector.describe(),
         "uptime_s": time.monotonic() - s.started,
     })
 
@@ -363,6 +364,7 @@ async def reset(request: web.Request) -> web.StreamResponse:
     rabbit = request.app[RABBIT]
     if rabbit is not None:
         rabbit.clear()
+    collector.full()  # the full collection the simulator skips while it answers
     return reply(200, {"reset": True, "global": include_global})
 
 
