@@ -12,7 +12,10 @@ from pilot_status.celery import SEND_TASK
 from . import worker
 
 
-@shared_task(name=SEND_TASK, acks_late=True, ignore_result=True, bind=True)
+# max_retries=None: a claim that cannot be made now goes back to its queue as often as it takes (the message's
+# deliverUntil ends the tries: an expired message is nothing to claim). Celery reads retry(max_retries=None) as
+# "the task's own limit", so the limit is the task's.
+@shared_task(name=SEND_TASK, acks_late=True, ignore_result=True, bind=True, max_retries=None)
 def send_message(self: Task[Any, Any], message_id: str) -> str:
     try:
         return worker.send_one(message_id)
@@ -28,7 +31,7 @@ def send_message(self: Task[Any, Any], message_id: str) -> str:
 
 def back_to_queue(task: Task[Any, Any]) -> Exception:
     """The task again in a moment, nothing changed meanwhile (Celery's retry, spread so a crowd does not return at once)."""
-    return task.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()), max_retries=None)
+    return task.retry(countdown=RETRY_AFTER_SECONDS * (1 + random.random()))
 
 
 # How soon a task that could not claim now is tried again (then up to twice that).

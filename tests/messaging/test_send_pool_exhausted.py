@@ -63,6 +63,30 @@ def test_the_task_goes_back_to_its_queue_and_the_message_is_untouched(alice, ali
     assert before["status"] == "QUEUED"
 
 
+def test_the_task_goes_back_to_its_queue_however_many_times_it_already_did(alice, alice_instance, empty_lanes):
+    # Celery reads retry(max_retries=None) as "the task's default", three: the fourth time a claim found no free
+    # connection, the task failed (MaxRetriesExceededError) and its message waited for the reconciler's lost-release
+    # pass (a minute, ten for marketing). Bench B2 with another tenant's OTPs alongside logged 114 such failures in
+    # one minute and did not see its 2,000 messages SENT within five. The message's deliverUntil bounds the tries.
+    from pilot_status.celery import app
+
+    message = send(alice)
+    task = tasks.send_message
+    # As the lane worker runs its tenth try of the task (not called directly: retry() publishes the next one).
+    task.push_request(id="retried-task", args=[str(message.pk)], kwargs={}, retries=10, called_directly=False,
+                      is_eager=False, delivery_info={"exchange": "", "routing_key": message.lane})
+    try:
+        with exhausted_pool(), pytest.raises(Retry):
+            task.run(str(message.pk))
+    finally:
+        task.pop_request()
+    with app.connection_for_write() as conn:
+        published = conn.default_channel.basic_get(message.lane, no_ack=True)
+    assert published is not None and published.headers["retries"] == 11
+    assert published.headers["argsrepr"] == repr((str(message.pk),))
+    assert Message.objects.get(pk=message.pk).status == "QUEUED"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_claim_that_meets_a_held_row_past_the_lock_timeout_goes_back_to_its_queue(alice, alice_instance):
     # given: another transaction holds the message's row (a connection.update releasing the instance's waiting
