@@ -237,3 +237,12 @@ def test_service_ms_serves_evolution_requests_one_at_a_time_and_counts_the_queue
     # The control API itself is never held.
     assert sim.http.post(f"{sim.url}/_control/global", json={"service_ms": 0}).status_code == 200
     assert sim.http.post(f"{sim.url}/_control/global", json={"service_ms": -1}).status_code == 400
+
+
+def test_a_reset_puts_off_the_simulators_periodic_full_collection() -> None:
+    from simulator import collector
+
+    collector.COLLECTIONS.last_full_at = time.monotonic()
+    assert collector.FULL_EVERY_S - 1 < collector.due_in() <= collector.FULL_EVERY_S
+    collector.COLLECTIONS.last_full_at -= collector.FULL_EVERY_S + 1
+    assert collector.due_in() < 0
