@@ -35,7 +35,7 @@ import jwt
 from django.conf import settings
 from django.http import HttpRequest
 
-from messaging.models import Instance, evolution_token_matches, webhook_token_for, webhook_token_matches
+from messaging.models import Instance, InstanceTokens
 from messaging.prepared import prepared_cursor
 from pilot_status.database import checking_connection
 
@@ -64,26 +64,16 @@ V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
-class InstanceCredentials:
+class InstanceCredentials(InstanceTokens):
     """What proves an event to be an instance's, as read for it: all auth keeps of an instance.
 
     Small and immutable, so that a cached copy is shared by gthread's threads as it is; the checks
-    are Instance's own (messaging.models), not a second implementation."""
+    are Instance's own (messaging.models.InstanceTokens), not a second implementation."""
 
     pk: int
     name: str
     token_salt: str
     evolution_token_hash: str
-
-    @property
-    def webhook_token(self) -> str:
-        return webhook_token_for(self.name, self.token_salt)
-
-    def check_webhook_token(self, candidate: str) -> bool:
-        return webhook_token_matches(self.name, self.token_salt, candidate)
-
-    def check_evolution_token(self, candidate: str) -> bool:
-        return evolution_token_matches(self.evolution_token_hash, candidate)
 
 
 class _Remembered(Generic[V]):

@@ -151,7 +151,27 @@ def evolution_token_matches(evolution_token_hash: str, candidate: str) -> bool:
     return hmac.compare_digest(evolution_token_hash, hash_secret(candidate))
 
 
-class Instance(models.Model):
+class InstanceTokens:
+    """An instance's token checks, for anything that carries its name, token_salt and evolution_token_hash: the
+    Instance row, or the webhook's cached credentials (ingestion.auth.InstanceCredentials)."""
+
+    __slots__ = ()
+    name: str
+    token_salt: str
+    evolution_token_hash: str
+
+    @property
+    def webhook_token(self) -> str:
+        return webhook_token_for(self.name, self.token_salt)
+
+    def check_webhook_token(self, candidate: str) -> bool:
+        return webhook_token_matches(self.name, self.token_salt, candidate)
+
+    def check_evolution_token(self, candidate: str) -> bool:
+        return evolution_token_matches(self.evolution_token_hash, candidate)
+
+
+class Instance(InstanceTokens, models.Model):
     """One WhatsApp number connected on Evolution API."""
 
     name = models.CharField(max_length=100, unique=True, help_text="Evolution instance name")
@@ -238,16 +258,6 @@ class Instance(models.Model):
             # Made with an explicit empty salt (a form, a script): never a token anyone can derive.
             self.token_salt = new_token_salt()
         super().save(*args, **kwargs)
-
-    @property
-    def webhook_token(self) -> str:
-        return webhook_token_for(self.name, self.token_salt)
-
-    def check_webhook_token(self, candidate: str) -> bool:
-        return webhook_token_matches(self.name, self.token_salt, candidate)
-
-    def check_evolution_token(self, candidate: str) -> bool:
-        return evolution_token_matches(self.evolution_token_hash, candidate)
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
