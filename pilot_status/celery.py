@@ -7,7 +7,8 @@ import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, task_postrun, task_prerun, worker_process_shutdown, worker_ready
+from celery.signals import (beat_init, task_postrun, task_prerun, worker_process_init, worker_process_shutdown,
+                            worker_ready)
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
@@ -171,6 +172,17 @@ def _notice_a_stop_within_a_second(sender: Any = None, **kwargs: Any) -> None:
 
 def _wake() -> None:
     """Nothing to do: the timer only makes the event loop's poll return, and the loop then reads the stop flag."""
+
+
+# What starting the worker built lives as long as it: out of every later collection (pilot_status.collector). The
+# threads pool runs its tasks in the process that is ready; a prefork pool's children fork before that, and each
+# freezes its own once it is set up.
+@worker_ready.connect
+@worker_process_init.connect
+def _freeze_startup_objects(**kwargs: Any) -> None:
+    from pilot_status.collector import freeze_startup_objects
+
+    freeze_startup_objects()
 
 
 # One beat per database (pilot_status.beat_lock): a second beat exits here, before its heartbeat, with a

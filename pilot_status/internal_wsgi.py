@@ -18,6 +18,8 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
+from pilot_status.collector import freeze_startup_objects
+
 URLCONF = "pilot_status.internal_urls"
 
 
@@ -49,3 +51,5 @@ def get_internal_application() -> InternalWSGIHandler:
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pilot_status.settings")
 application = get_internal_application()
+# Imported by each gunicorn worker once it has forked: what it built so far lives as long as it.
+freeze_startup_objects()

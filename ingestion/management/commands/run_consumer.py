@@ -12,6 +12,7 @@ from kombu import Connection
 
 from ingestion.consumer import EvolutionConsumer, exchange_names, instance_names_from_db, topology
 from pilot_status import heartbeats
+from pilot_status.collector import freeze_startup_objects
 
 log = logging.getLogger("ingestion.consumer")
 
@@ -24,6 +25,7 @@ class Command(BaseCommand):
             raise CommandError("EVOLUTION_RABBITMQ_URL is not set: the RabbitMQ channel is off")
         per_instance = settings.EVOLUTION_RABBITMQ_PER_INSTANCE
         names = (instance_names_from_db() or []) if per_instance else []
+        freeze_startup_objects()
         # confirm_publish: a copy moved to a delay or parking queue is confirmed by the broker
         # before the original is acked.
         with Connection(

@@ -17,6 +17,7 @@ from messaging import dispatch
 from messaging.inserts import OUTBOX_CHANNEL
 from pilot_status import heartbeats
 from pilot_status.celery import LANES
+from pilot_status.collector import freeze_startup_objects
 
 log = logging.getLogger("messaging.relay")
 
@@ -51,6 +52,7 @@ class Command(BaseCommand):
         if options["once"]:
             self.stdout.write(str(dispatch.release_all_due(settings.RELAY_BATCH_SIZE, lanes).released))
             return
+        freeze_startup_objects()
         self.stopping = False
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
