@@ -8,11 +8,13 @@ arguments fails the channel with PRECONDITION_FAILED.
 
 Per message: lock → inbox (channel RABBITMQ, committed) → forward to the webhook handler with
 already_saved → ack (acks go in batches of CONSUMER_ACK_BATCH, acks.py). A copy whose lock holds the
-done mark (the webhook processed the event) is acked without a database statement (locks.py). Every
-failure goes through `_retry_later`, which moves the message to a delay queue (per-queue TTL,
-dead-lettered back to the work queue: 5 s, 30 s, 3 min) and finally to a parking queue; a busy lock
-or a database outage waits in a delay queue without using a retry. Nothing is ever requeued straight
-back (no hot loop).
+done mark (the webhook processed the event) is acked without a database statement (locks.py). A copy
+whose lock the other channel holds is kept unacked and looked at again every LOCK_WAIT_S, up to
+LOCK_WAIT_TRIES times (lockwait.py), and only then waits in the 5 s delay queue. Every failure goes
+through `_retry_later`, which moves the message to a delay queue (per-queue TTL, dead-lettered back to
+the work queue: 5 s, 30 s, 3 min) and finally to a parking queue; a lock still held after the local
+looks or a database outage waits in a delay queue without using a retry. Nothing is ever requeued
+straight back (no hot loop).
 """
 
 from __future__ import annotations
@@ -36,13 +38,17 @@ from pilot_status import jsonbody, metrics
 from . import forwarding, inbox, sizes
 from .acks import DeferredAcks
 from .locks import event_lock
+from .lockwait import LockWaits
 from .models import Channel, IngestionEvent
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS_S = (5, 30, 180)
-# A lock held by the other channel is released within milliseconds: come back after the
-# shortest delay. A database outage lasts longer: wait in the 30 s queue, retries untouched.
+# A lock held by the other channel is released within milliseconds: look again after LOCK_WAIT_S,
+# up to LOCK_WAIT_TRIES times (lockwait.py), then come back after the shortest delay. A database
+# outage lasts longer: wait in the 30 s queue, retries untouched.
+LOCK_WAIT_S = 0.1
+LOCK_WAIT_TRIES = 3
 LOCKED_DELAY_S = RETRY_DELAYS_S[0]
 DB_DOWN_DELAY_S = RETRY_DELAYS_S[1]
 CONNECTION_CHECK_SECONDS = 1.0
@@ -53,6 +59,7 @@ PREFETCH = 100
 ACK_MAX_DELAY_S = 0.1
 CONFIRM_TIMEOUT_S = 10.0
 RETRY_HEADER = "x-ps-retries"
+WAITING = "waiting"  # what `handle` answers for a delivery kept for another look
 ERROR_HEADER = "x-ps-last-error"
 
 
@@ -159,6 +166,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self.arrived: deque[Any] = deque()  # deliveries waiting for the one being handled
         self.handling = False
         self.acks = DeferredAcks(settings.CONSUMER_ACK_BATCH, ACK_MAX_DELAY_S)
+        self.waits = LockWaits(LOCK_WAIT_TRIES, LOCK_WAIT_S)  # kept while the other channel holds the lock
         # Set by run_consumer: beats from the consuming loop, so a consumer that is killed, stuck, or
         # cut off from RabbitMQ turns stale on the status page (pilot_status.heartbeats).
         self.heartbeat: Any = None
@@ -168,6 +176,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
     def get_consumers(self, consumer_cls: Any, channel: Any) -> list[Consumer]:
         self.channel = channel
         self.acks.forget()  # a new channel: the old one's unacked deliveries come again
+        self.waits.forget()
         for queue in [*self.topology.retries, self.topology.parking]:
             assert queue is not None
             queue.bind(channel).declare()
@@ -193,14 +202,24 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
 
     def _flush_acks(self) -> None:
         try:
+            for message in self.waits.take_all():  # kept for another look: handed back untouched
+                self._hand_back(message)
             self.acks.flush()
         except (*self.connection.connection_errors, *self.connection.channel_errors) as exc:
             # Not acked: the broker redelivers them and the done mark or the inbox skips them.
             log.info("could not ack the last handled deliveries (%s); they will come again", exc)
             self.acks.forget()
+            self.waits.forget()
+
+    def _hand_back(self, message: Any) -> None:
+        message.requeue()
+        self.waits.done(message)
+        self.acks.drop(message)
 
     def on_iteration(self) -> None:
         self.acks.flush_if_due()
+        if self.waits:
+            self._look_again()
         if self.heartbeat is not None:
             self.heartbeat.beat()
         if self.instance_source is None or not settings.EVOLUTION_RABBITMQ_PER_INSTANCE:
@@ -238,6 +257,16 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         # broker drops the connection for missed heartbeats. So they queue up and are handled
         # one after the other once the current message is done.
         self.arrived.append(message)
+        self._handle_arrived()
+
+    def _look_again(self) -> None:
+        # Kept deliveries whose look is due (lockwait.py) take the same one-at-a-time path.
+        due = self.waits.due()
+        if due:
+            self.arrived.extend(due)
+            self._handle_arrived()
+
+    def _handle_arrived(self) -> None:
         if self.handling:
             return
         self.handling = True
@@ -248,6 +277,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             # The broker went away: it redelivers these and the unacked ones on the next connection.
             self.arrived.clear()
             self.acks.forget()
+            self.waits.forget()
             raise
         finally:
             self.handling = False
@@ -263,15 +293,17 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
             # Stopping (SIGTERM): up to prefetch_count messages can still be in this batch, each a
             # forward of up to its timeout; hand them back to the queue untouched instead, so that
             # the process stops within one message (honcho and Docker kill it after a few seconds).
-            message.requeue()
+            self._hand_back(message)
             return
         try:
-            self.handle(message)
+            if self.handle(message) == WAITING:
+                return  # kept for another look: not handled yet
         except self.connection.connection_errors:
             raise  # the broker went away: the unacked message is redelivered after reconnecting
         except Exception as exc:  # the one error path (zulip _handle_consume_exception)
             log.exception("ingestion consumer failed on a message")
             self._retry_later(message, f"{exc.__class__.__name__}: {exc}")
+        self.waits.done(message)
         self.handled += 1
 
     def handle(self, message: Any) -> str:
@@ -294,8 +326,14 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
                 self.acks.add(message)
                 return "skipped"
             if not hold:
-                # The webhook channel is on it right now: look again after a short delay
-                # instead of spinning on an immediate requeue.
+                # The webhook channel is on it right now: keep it and look again shortly
+                # (lockwait.py); after the last look, in the 5 s delay queue, never an immediate requeue.
+                waited = self.waits.keep(message)
+                if waited:
+                    if waited == 1:
+                        hold.count("rabbitmq:lock_waited")
+                        self.acks.hold(message)  # no `multiple` ack of a later delivery acks it
+                    return WAITING
                 hold.count("rabbitmq:requeued")
                 self._delay(message, LOCKED_DELAY_S, count_as_retry=False, reason="locked by another channel")
                 return "requeued"

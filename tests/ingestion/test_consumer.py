@@ -69,12 +69,32 @@ def publish_like_evolution(connection, exchange, payload, routing_key="messages.
     channel.basic_publish(amqp.Message(json.dumps(payload).encode(), **props), exchange=exchange, routing_key=routing_key)
 
 
+class Handled(Exception):
+    pass
+
+
 def consume(worker, count=1, timeout=10):
-    """Run the consumer until it has handled `count` messages (socket.timeout if idle too long)."""
+    """Run the consumer until it has handled `count` messages (socket.timeout if idle too long).
+
+    A copy kept for another look (lockwait.py) is handled from `on_iteration`, with no delivery for
+    the loop to yield on, so the count is checked there too."""
     start = worker.handled
-    for _ in worker.consume(timeout=timeout):
+    own_iteration = worker.on_iteration
+
+    def on_iteration():
+        own_iteration()
         if worker.handled - start >= count:
-            break
+            raise Handled
+
+    worker.on_iteration = on_iteration
+    try:
+        for _ in worker.consume(timeout=timeout):
+            if worker.handled - start >= count:
+                break
+    except Handled:
+        pass
+    finally:
+        worker.on_iteration = own_iteration
     return worker
 
 
@@ -175,21 +195,139 @@ def test_after_the_last_retry_it_parks_the_message(transactional_db, settings, c
     assert IngestionEvent.objects.get().processed_at is None  # the reconciler still sees it
 
 
-def test_a_lock_held_elsewhere_delays_without_storing_or_using_a_retry(
+def test_a_lock_held_past_the_local_looks_delays_without_storing_or_using_a_retry(
     transactional_db, web, connection, topo, sent_message, exchange_name
 ):
     payload = receipt("READ", channel="rabbitmq")
     publish_like_evolution(connection, exchange_name, payload)
 
-    with event_lock(inbox.dedup_key(payload), "webhook:skipped") as held:  # the webhook is processing it
+    with event_lock(inbox.dedup_key(payload), "webhook:skipped") as held:  # the webhook is on it the whole time
         assert held
+        started = time.monotonic()
         run_once(connection, topo)
+        took = time.monotonic() - started
 
-    assert counter("rabbitmq:requeued") == 1
+    # looked at again LOCK_WAIT_TRIES times, LOCK_WAIT_S apart, then in the 5 s queue
+    assert took >= consumer_module.LOCK_WAIT_TRIES * consumer_module.LOCK_WAIT_S
+    assert counter("rabbitmq:lock_waited") == 1 and counter("rabbitmq:requeued") == 1
     assert IngestionEvent.objects.count() == 0
     assert depth(connection, topo.retries[0]) == 1 and depth(connection, topo.work) == 0
     _, _, message = None, None, topo.retries[0].bind(connection.default_channel).get(no_ack=True)
     assert message.headers[consumer_module.RETRY_HEADER] == 0
+
+
+def release_on_first_wait(worker, release):
+    """Make the other channel give the lock back right after the consumer's first look found it held."""
+    looks = []
+
+    def handle(message):
+        result = consumer_module.EvolutionConsumer.handle(worker, message)
+        looks.append(result)
+        if result == consumer_module.WAITING and len(looks) == 1:
+            release()
+        return result
+
+    worker.handle = handle
+    return looks
+
+
+@pytest.mark.parametrize("released_as", ["done", "free"])
+def test_a_lock_given_back_while_the_copy_waits_locally_settles_it_without_the_delay_queue(
+    transactional_db, web, connection, topo, sent_message, exchange_name, released_as
+):
+    payload = receipt("READ", channel="rabbitmq")
+    publish_like_evolution(connection, exchange_name, payload)
+    webhook = contextlib.ExitStack()
+    held = webhook.enter_context(event_lock(inbox.dedup_key(payload), "webhook:skipped"))
+    assert held
+    if released_as == "done":  # the webhook processed the event: its release leaves the done mark
+        held.finish()
+    worker = consumer_module.EvolutionConsumer(connection, topo)
+    looks = release_on_first_wait(worker, webhook.close)
+
+    try:
+        consume(worker)
+    finally:
+        webhook.close()
+
+    assert looks == [consumer_module.WAITING, "skipped" if released_as == "done" else "forwarded"]
+    assert counter("rabbitmq:lock_waited") == 1 and counter("rabbitmq:requeued") == 0
+    assert [depth(connection, q) for q in [topo.work, *topo.retries, topo.parking]] == [0] * (len(topo.retries) + 2)
+    if released_as == "done":  # acked on the done mark, nothing stored
+        assert counter("rabbitmq:skipped") == 1 and IngestionEvent.objects.count() == 0
+    else:  # the lock is free: handled as usual
+        event = IngestionEvent.objects.get()
+        assert event.channel == "RABBITMQ" and event.processed_at is not None
+        sent_message.refresh_from_db()
+        assert sent_message.status == Status.READ
+        assert counter("rabbitmq:forward_ok") == 1
+
+
+def test_a_copy_waiting_locally_is_never_acked_by_a_later_deliverys_ack(
+    transactional_db, connection, topo, exchange_name, settings
+):
+    # Acks go with `multiple` on the newest handled delivery: sent for one handled after the waiting
+    # copy, it would ack that copy too, and a crash before its next look would lose it.
+    settings.CONSUMER_ACK_BATCH = 2  # the delivery after the waiting one fills a batch
+    before, waiting, after = (receipt("READ", key_id=f"WAIT{n}", channel="rabbitmq") for n in range(3))
+    for payload in (before, after):  # the webhook had them
+        metrics.redis().set(LOCK_PREFIX + inbox.dedup_key(payload), DONE, ex=60)
+    metrics.redis().set(LOCK_PREFIX + inbox.dedup_key(waiting), "webhook", ex=60)  # the webhook is on it
+    for payload in (before, waiting, after):
+        publish_like_evolution(connection, exchange_name, payload)
+    sent = []
+    real_ack = amqp.Channel.basic_ack
+
+    def counting_ack(channel, delivery_tag, multiple=False, **kwargs):
+        sent.append((delivery_tag, multiple))
+        return real_ack(channel, delivery_tag, multiple=multiple, **kwargs)
+
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(amqp.Channel, "basic_ack", counting_ack)  # a spy: every ack still reaches the broker
+        worker = consumer_module.EvolutionConsumer(own, topo)
+        loop = worker.consume(timeout=5)
+        for _ in loop:
+            if worker.handled == 2:  # before and after skipped on the done mark, the other one waits
+                break
+        assert len(worker.waits) == 1
+        worker.acks.flush()  # whatever is pending goes now
+        # the process dies here: its connection closes without another ack
+        worker.waits.forget()
+        worker.acks.forget()
+        loop.close()
+
+    assert sent == [(1, True)]  # only the one before the waiting copy
+    deadline = time.monotonic() + 5
+    while depth(connection, topo.work) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    work = topo.work.bind(connection.default_channel)
+    back = [json.loads(work.get(no_ack=True).body)["data"]["keyId"] for _ in range(depth(connection, topo.work))]
+    assert sorted(back) == ["WAIT1", "WAIT2"]  # the waiting copy is redelivered (and the one held behind it)
+    assert counter("rabbitmq:lock_waited") == 1 and counter("rabbitmq:requeued") == 0
+
+
+def test_once_asked_to_stop_it_hands_copies_waiting_locally_back_untouched(
+    transactional_db, connection, topo, exchange_name, settings
+):
+    payload = receipt("READ", channel="rabbitmq")
+    metrics.redis().set(LOCK_PREFIX + inbox.dedup_key(payload), "webhook", ex=60)  # the webhook is on it
+    publish_like_evolution(connection, exchange_name, payload)
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own:
+        worker = consumer_module.EvolutionConsumer(own, topo)
+        with contextlib.closing(worker.consume(timeout=5)) as loop:
+            for _ in loop:
+                if worker.waits:
+                    worker.should_stop = True  # SIGTERM arrives while the copy waits for its next look
+        # handed back while the connection is still open: ready in the work queue, not unacked
+        assert depth(connection, topo.work) == 1
+        assert worker.handled == 0
+
+    assert counter("rabbitmq:lock_waited") == 1 and counter("rabbitmq:requeued") == 0
+    assert all(depth(connection, q) == 0 for q in [*topo.retries, topo.parking])
+    assert IngestionEvent.objects.count() == 0
+    message = topo.work.bind(connection.default_channel).get(no_ack=True)
+    assert json.loads(message.body) == payload  # untouched: no retry header, nothing stored
+    assert consumer_module.RETRY_HEADER not in (message.headers or {})
 
 
 def test_garbage_is_parked(transactional_db, connection, topo, exchange_name):
