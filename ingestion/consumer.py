@@ -54,7 +54,8 @@ DB_DOWN_DELAY_S = RETRY_DELAYS_S[1]
 CONNECTION_CHECK_SECONDS = 1.0
 # Handled deliveries are acked CONSUMER_ACK_BATCH (20) at a time, or once the oldest waited 0.1 s
 # (acks.py); CONSUMER_ACK_BATCH=1 acks each one at once. The prefetch leaves room for the next batch
-# while one waits for its ack (settings refuse a batch larger than it).
+# while one waits for its ack (settings refuse a batch larger than it), and bounds how many copies are
+# kept for another look at a lock held elsewhere (lockwait.py).
 PREFETCH = 100
 ACK_MAX_DELAY_S = 0.1
 CONFIRM_TIMEOUT_S = 10.0
@@ -161,7 +162,7 @@ class EvolutionConsumer(ConsumerMixin):  # type: ignore[misc]
         self.bound: set[str] = {e.name for e in topo.exchanges}
         self.channel: Any = None
         self.next_refresh = time.monotonic() + self.refresh_seconds
-        self.handled = 0
+        self.handled = 0  # deliveries settled; a copy kept for another look (lockwait.py) counts once settled
         self.next_connection_check = 0.0
         self.arrived: deque[Any] = deque()  # deliveries waiting for the one being handled
         self.handling = False
