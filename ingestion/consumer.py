@@ -60,8 +60,8 @@ PREFETCH = 100
 ACK_MAX_DELAY_S = 0.1
 CONFIRM_TIMEOUT_S = 10.0
 RETRY_HEADER = "x-ps-retries"
-WAITING = "waiting"  # what `handle` answers for a delivery kept for another look
 ERROR_HEADER = "x-ps-last-error"
+WAITING = "waiting"  # what `handle` answers for a delivery kept for another look
 
 
 @dataclass(frozen=True)
