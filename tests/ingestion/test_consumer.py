@@ -107,6 +107,21 @@ def depth(connection, queue):
     return count
 
 
+@contextlib.contextmanager
+def acks_sent():
+    """Every basic_ack the channel sends, as (delivery tag, multiple); a spy: each one still reaches the broker."""
+    sent: list[tuple[int, bool]] = []
+    real_ack = amqp.Channel.basic_ack
+
+    def counting_ack(channel, delivery_tag, multiple=False, **kwargs):
+        sent.append((delivery_tag, multiple))
+        return real_ack(channel, delivery_tag, multiple=multiple, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(amqp.Channel, "basic_ack", counting_ack)
+        yield sent
+
+
 @pytest.fixture
 def sent_message(alice, alice_instance):
     return make_message(alice.project, alice_instance)
@@ -275,15 +290,7 @@ def test_a_copy_waiting_locally_is_never_acked_by_a_later_deliverys_ack(
     metrics.redis().set(LOCK_PREFIX + inbox.dedup_key(waiting), "webhook", ex=60)  # the webhook is on it
     for payload in (before, waiting, after):
         publish_like_evolution(connection, exchange_name, payload)
-    sent = []
-    real_ack = amqp.Channel.basic_ack
-
-    def counting_ack(channel, delivery_tag, multiple=False, **kwargs):
-        sent.append((delivery_tag, multiple))
-        return real_ack(channel, delivery_tag, multiple=multiple, **kwargs)
-
-    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own, pytest.MonkeyPatch.context() as patch:
-        patch.setattr(amqp.Channel, "basic_ack", counting_ack)  # a spy: every ack still reaches the broker
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own, acks_sent() as sent:
         worker = consumer_module.EvolutionConsumer(own, topo)
         loop = worker.consume(timeout=5)
         for _ in loop:
@@ -318,7 +325,11 @@ def test_once_asked_to_stop_it_hands_copies_waiting_locally_back_untouched(
             for _ in loop:
                 if worker.waits:
                     worker.should_stop = True  # SIGTERM arrives while the copy waits for its next look
-        # handed back while the connection is still open: ready in the work queue, not unacked
+        # handed back while the connection is still open: ready in the work queue, not unacked (the broker takes the
+        # reject in its own time)
+        deadline = time.monotonic() + 5
+        while depth(connection, topo.work) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert depth(connection, topo.work) == 1
         assert worker.handled == 0
 
@@ -479,15 +490,7 @@ def test_handled_deliveries_are_acked_in_batches_and_none_is_left_unacked(
         # host) cannot flush a partial batch on time; it jumps ahead before the idle second.
         now = [0.0]
         worker.acks.clock = lambda: now[0]
-        sent = []
-        real_ack = amqp.Channel.basic_ack
-
-        def counting_ack(channel, delivery_tag, multiple=False, **kwargs):
-            sent.append((delivery_tag, multiple))
-            return real_ack(channel, delivery_tag, multiple=multiple, **kwargs)
-
-        with pytest.MonkeyPatch.context() as patch:  # a spy: every ack still reaches the broker
-            patch.setattr(amqp.Channel, "basic_ack", counting_ack)
+        with acks_sent() as sent:
             loop = worker.consume(timeout=1)
             for _ in loop:
                 if worker.handled == count:
@@ -523,15 +526,7 @@ def test_with_either_ack_batch_every_delivery_is_handled_once_and_acked(
         else:
             fresh.append(make_message(alice.project, alice_instance, key_id=f"MIX{n:04d}").evolution_message_id)
         publish_like_evolution(connection, exchange_name, payload)
-    sent = []
-    real_ack = amqp.Channel.basic_ack
-
-    def counting_ack(channel, delivery_tag, multiple=False, **kwargs):
-        sent.append((delivery_tag, multiple))
-        return real_ack(channel, delivery_tag, multiple=multiple, **kwargs)
-
-    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own, pytest.MonkeyPatch.context() as patch:
-        patch.setattr(amqp.Channel, "basic_ack", counting_ack)  # a spy: every ack still reaches the broker
+    with Connection(settings.EVOLUTION_RABBITMQ_URL) as own, acks_sent() as sent:
         worker = consumer_module.EvolutionConsumer(own, topo)
         loop = worker.consume(timeout=10)
         for _ in loop:
