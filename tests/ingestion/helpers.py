@@ -62,3 +62,13 @@ def make_message(project: Any, instance: Instance, status: str = Status.SENT, ke
         sent_at=timezone.now() if status != Status.SENDING else None,
         evolution_message_id=key_id if status != Status.SENDING else "",
     )
+
+
+class Clock:
+    """A monotonic clock that moves only when a test sets `now`."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ingestion.acks import DeferredAcks
+from tests.ingestion.helpers import Clock
 
 
 class Delivery:
@@ -12,14 +13,6 @@ class Delivery:
 
     def ack(self, multiple: bool = False) -> None:
         self.log.append((self.tag, multiple))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_full_batch_is_one_multiple_ack_of_its_newest_delivery():

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from ingestion.lockwait import LockWaits
+from tests.ingestion.helpers import Clock
 
 
 class Delivery:
     def __init__(self, tag: int) -> None:
         self.delivery_tag = tag
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_kept_delivery_is_due_after_the_interval_and_kept_at_most_the_tries():
