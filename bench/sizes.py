@@ -65,6 +65,8 @@ class Sizes:
     b9_tail_margin: float = 3.0     # slots this close to the window's end are not judged for lateness
     b9_idle_seconds: float = 10.0   # the stack's CPU with nothing to send, measured first
     b9_b2_messages: int = 2_000     # B2's pipeline before and after, for the CPU per message baseline
+    b9_same_rate_seconds: float = 60.0  # B2's pipeline fed at B9's rate: its measured window
+    b9_same_rate_warmup: float = 10.0   # and the seconds it runs before the window
     wait_timeout: float = 300.0     # any other wait (all SENT, all READ, all applied)
     profile_seconds: float = 5.0    # py-spy sampling window; 0 = no profiling
 
@@ -76,6 +78,7 @@ SMOKE = Sizes(
     b7_messages=20, b7_runs=1, b8_messages=200, b8_seconds=10, b8_latencies="1", b8_otp_rate=4,
     b9_numbers=5, b9_gap_min=20, b9_gap_max=40, b9_lead_seconds=3, b9_warmup_seconds=5, b9_seconds=15,
     b9_tail_seconds=2, b9_tail_margin=1, b9_idle_seconds=2, b9_b2_messages=20,
+    b9_same_rate_seconds=3, b9_same_rate_warmup=1,
 )
 
 

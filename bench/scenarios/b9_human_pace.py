@@ -238,6 +238,45 @@ def b2_pass(ctx: Context, count: int) -> dict[str, Any]:
             "cpu_ms_per_message": per_unit(meter, count), "stack_ms_per_message": stack_ms(meter, count)}
 
 
+def b2_at_rate(ctx: Context, rate: float, seconds: float, warmup: float) -> dict[str, Any]:
+    """B2's pipeline at B9's rate: the same shape of backlog as B9's (written before, each message coming due at a
+    moment of its own, released by the relay as it does), on A's official fleet with no human pace, so that the one
+    difference from the paced window is the policy. UTILITY, as B9's; the CPU per message SENT over `seconds` after
+    `warmup`, measured as B9's."""
+    from django.db.models import Max
+    from django.utils import timezone
+
+    from messaging.inserts import notify_relay
+    from messaging.models import Message, OutboxEntry
+
+    ctx.fresh()
+    world = ctx.world
+    count = int(rate * (warmup + seconds + 5))
+    ids = bulk_accept(world.a.project, live_key(world.a.project), world.a.recipients, count, "UTILITY",
+                      instances=[i.name for i in world.fleet], longest_ttl=True, enqueue=False)
+    start = timezone.now() + timedelta(seconds=2)
+    due = {pk: start + timedelta(seconds=n / rate) for n, pk in enumerate(ids)}
+    messages = list(Message.objects.filter(pk__in=ids).only("pk", "next_attempt_at"))
+    for message in messages:
+        message.next_attempt_at = due[str(message.pk)]
+    Message.objects.bulk_update(messages, ["next_attempt_at"], batch_size=2_000)
+    OutboxEntry.objects.bulk_create([OutboxEntry(message_id=pk, project_id_copy=world.a.project.pk, lane="utility",
+                                                 available_at=at) for pk, at in due.items()], batch_size=2_000)
+    notify_relay("utility")
+    time.sleep(max(0.0, (start - timezone.now()).total_seconds() + warmup))
+    w0 = timezone.now()
+    with ctx.cpu(servers=True) as meter:
+        time.sleep(seconds)
+    w1 = timezone.now()
+    sent = Message.objects.filter(pk__in=ids, sent_at__gte=w0, sent_at__lte=w1).count()
+    last_due = Message.objects.filter(pk__in=ids).aggregate(last=Max("next_attempt_at"))["last"]
+    stop_releases()
+    return {"rate_asked": round(rate, 1), "sends_per_s": round(sent / (w1 - w0).total_seconds(), 1),
+            "window_s": round((w1 - w0).total_seconds(), 1), "sent_in_window": sent,
+            "backlog_left": bool(last_due and last_due > w1),
+            "stack_ms_per_message": stack_ms(meter, sent), "cpu_ms_per_message": per_unit(meter, sent)}
+
+
 def paced_run(ctx: Context) -> dict[str, Any]:
     from django.utils import timezone
 
@@ -353,6 +392,9 @@ def run(ctx: Context) -> dict[str, Any]:
             f"lateness {paced['lateness_ms']} ms, {paced['stack_ms_per_message']} ms CPU per message")
     after = b2_pass(ctx, s.b9_b2_messages)
     ctx.log(f"  B9 B2 pass after: {after['stack_ms_per_message']} ms of stack CPU per message")
+    same = b2_at_rate(ctx, paced["sends_per_s"] or paced["expected_sends_per_s"], s.b9_same_rate_seconds,
+                      s.b9_same_rate_warmup)
+    ctx.log(f"  B9 B2 at B9's rate: {same['sends_per_s']}/s, {same['stack_ms_per_message']} ms of stack CPU per message")
     ctx.fresh()
     baseline = round((before["stack_ms_per_message"] + after["stack_ms_per_message"]) / 2, 2)
     cpu_ratio = round(paced["stack_ms_per_message"] / baseline, 2) if baseline else float("nan")
@@ -362,6 +404,9 @@ def run(ctx: Context) -> dict[str, Any]:
     return {
         **paced,
         "b2_before": before, "b2_after": after, "b2_stack_ms_per_message": baseline, "cpu_ratio": cpu_ratio,
+        "b2_at_rate": same,
+        "same_rate_cpu_ratio": round(paced["stack_ms_per_message"] / same["stack_ms_per_message"], 2)
+        if same["stack_ms_per_message"] else float("nan"),
         "target": {"rate_ratio": RATE_TARGET, "lateness_p99_ms": LATENESS_TARGET_MS, "cpu_ratio": CPU_TARGET},
         "rate_met": rate_met, "lateness_met": late_met, "cpu_met": cpu_met,
         "met": rate_met and late_met and cpu_met,
