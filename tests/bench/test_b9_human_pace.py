@@ -56,11 +56,13 @@ def test_judge_takes_the_slowest_number_and_the_row_says_what_was_met() -> None:
     assert row.startswith("| B9 | 2 unofficial numbers at 40.0 sends/s")
     assert "**not met** (rate met, lateness not met, CPU not met)" in row
 
-    # B2's pipeline fed at B9's rate, when the run measured it: shown beside the full-speed B2
+    # Judged against B2's pipeline fed at B9's rate, B2 at full speed shown beside it
     same = {"sends_per_s": 25.0, "stack_ms_per_message": 24.0, "sent_in_window": 1500, "window_s": 60.0,
             "cpu_ms_per_message": {"relay": 1.0}}
-    row = _row_b9({**b9, "b2_at_rate": same, "same_rate_cpu_ratio": 1.25})[0]
-    assert "fed at B9's rate (25.0/s): 24.0 ms | CPU 1.50× (at the same rate: 1.25×)" in row
+    row = _row_b9({**b9, "b2_at_rate": same, "same_rate_cpu_ratio": 1.25, "cpu_judged_at": "same_rate"})[0]
+    assert "| B2's pipeline fed at B9's rate (25.0/s): 24.0 ms per message; at full speed, before and after: 20.0 ms" in row
+    assert "| CPU 1.25× (B2 at full speed: 1.50×) |" in row
+    assert "CPU ≤ 1.25× B2's pipeline at the same rate |" in row
 
 
 def test_the_latest_slots_come_first_with_their_sends() -> None:
