@@ -7,10 +7,8 @@ number's health with its InstanceHealthEvent (messaging.governor). Deliveries ar
 derived from those rows afterwards, so the hot paths (accept, compare-and-set) write nothing more
 than they did (bench B3), and a change that committed has its line: nothing is lost between the two.
 
-Environments (the sandbox rule, docs/security.md): an endpoint receives the events of its own environment
-only. A status change is its message's environment's; an inbound message is a TEST event when its sender is
-the project's test number (either form of a Brazilian ninth digit), else a LIVE one; a revocation is its
-consent's environment's (a recipient's opt-out keyword ends their consent in both, so each gets its own).
+Each event type's read and the deliveries written from its rows are callbacks.derive_events, their JSON bodies
+callbacks.derive_payloads; this module runs the pass and moves the cursors.
 
 Safe to run twice: one delivery per (endpoint, source row) (`one_delivery_per_source`, ON CONFLICT DO
 NOTHING), and the cursor only says where reading may start.
@@ -25,49 +23,40 @@ the unique key keeps them from counting twice (within one pass, the rows it has 
 left out of the next read, which goes on past them instead). Opt-in revocations are updates, so their
 cursor is a time (`revoked_at`, in microseconds), kept SKEW behind for the clocks of the processes that
 write it, with the same two-step rule.
-
-Only the rows that owe a callback are read, each source through a partial index (the timeline's
-`event_status_lines`, the inbox's `ingest_upserts`, the opt-ins' `optin_revoked`): a marketing backlog
-writes tens of thousands of ACCEPTED and DISPATCHED lines, and receipts fill the inbox, before the
-first status change a customer is owed (bench B3). The cursors therefore stop at the last row that
-owes one, not at the end of their tables.
-
-Plans. These statements go through Django's own cursor, which binds parameters client-side and never
-prepares (messaging.prepared keeps server-side preparation to the hot path's statements): each is
-planned with its values, so no generic plan can pick the wrong index after a TRUNCATE. The kinds and
-the event name are written into the statements, not bound, so that the planner can always prove a
-partial index's condition, and a line's message is looked up by primary key whatever the statistics
-say (tests/callbacks/test_derive_plans.py).
 """
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
-from typing import Any, Callable, Iterable
+from typing import Callable
 
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from messaging.models import STATUS_LINE_KINDS, Environment, EventKind, Status
-from messaging.opt_outs import phone_variants
+from .derive_events import (
+    BATCH,
+    SKEW,
+    Read,
+    Rows,
+    _health_deliveries,
+    _health_rows,
+    _inbound_deliveries,
+    _inbound_rows,
+    _micros,
+    _opt_out_deliveries,
+    _opt_out_rows,
+    _status_deliveries,
+    _status_rows,
+    _unacknowledged_deliveries,
+    _unacknowledged_rows,
+)
+from .models import EventType, RelayCursor, WebhookEndpoint
 
-from .models import Delivery, EventType, RelayCursor, WebhookEndpoint
-
-BATCH = 1000
 # How many rows past its position one pass may read while an unfinished transaction holds the position
 # back (the ids it skips are sent with each read).
 READ_AHEAD = 10 * BATCH
 _LOCK = 0x63616C6C  # "call": the advisory lock that keeps relay passes one at a time
-SKEW = timedelta(seconds=60)
-# The timeline lines that are a change of status a customer sees (messaging.models.STATUS_LINE_KINDS).
-STATUS_KINDS = STATUS_LINE_KINDS
-_PHONE_JID = re.compile(r"^(\d{6,20})@s\.whatsapp\.net$")
 
 
 @dataclass
@@ -148,16 +137,7 @@ def _cursor(name: str) -> RelayCursor:
     return cursor
 
 
-Rows = list[tuple[Any, ...]]
 _CURSOR_FIELDS = ["position", "pending_position", "pending_xmax", "updated_at"]
-
-
-@dataclass
-class Read:
-    rows: Rows  # the rows that owe deliveries
-    ids: list[int]  # every row read (by id; none for the opt-ins' time cursor)
-    last: int | None  # how far the read went: the next candidate position
-    full: bool  # it stopped at BATCH rows: more may follow at once
 
 
 # A read: the position to read past, and the ids past it that this pass has already read (and written).
@@ -234,284 +214,10 @@ def _skip_opt_ins_to_end() -> None:
     _skip_to("opt_ins", _micros(timezone.now() - SKEW))
 
 
-def _json(value: Any) -> Any:
-    """Django's psycopg connection hands raw SQL's json columns over as text."""
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-
-# --- message.status -------------------------------------------------------------------------------
-
-def _sql_list(values: Iterable[str]) -> str:
-    """Constants written into a statement (our own enum values, never input)."""
-    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
-
-
-# The status lines through the partial index event_status_lines: its condition written as the index's
-# own, so that the planner proves it. Each line's message is looked up by primary key: the LIMITs keep
-# both subqueries from being flattened into a join, which a planner that believed the tables empty
-# (statistics taken during a bulk insert) ran as a nested loop scanning the message index for every
-# line: a million rows for one batch over 2,000 messages (0.5 s), at that rate about 10 minutes for
-# the pass through B3's 50,000-message backlog (tests/callbacks/test_derive_plans.py).
-_STATUS_READ = f"""
-    SELECT l.id, l.kind, m.id, m.project_id, m."to", m.metadata, l.detail, l.created_at, m.callback_url,
-           m.environment
-    FROM (
-        SELECT e.id, e.kind, e.message_id, e.detail, e.created_at
-        FROM messaging_messageevent e
-        WHERE e.kind IN ({_sql_list(STATUS_KINDS)}) AND e.id > %(after)s AND e.id <> ALL(%(seen)s::bigint[])
-        ORDER BY e.id
-        LIMIT %(batch)s
-    ) l
-    CROSS JOIN LATERAL (
-        SELECT m.id, m.project_id, m."to", m.metadata, m.callback_url, m.environment
-        FROM messaging_message m
-        WHERE m.id = l.message_id
-        LIMIT 1
-    ) m
-    ORDER BY l.id
-"""
-
-
-def _rows_by_id(sql: str, after: int, seen: list[int],
-                keep: Callable[[list[tuple[Any, ...]]], list[Any]] | None = None) -> Read:
-    """One batch of a read whose cursor is the rows' id (`sql` takes after, seen and batch; the id is the row's first
-    column): every id read counts as seen, and `keep` chooses the rows that make events."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"after": after, "seen": seen, "batch": BATCH})
-        rows = cursor.fetchall()
-    ids = [row[0] for row in rows]
-    return Read(keep(rows) if keep else rows, ids, ids[-1] if ids else None, len(ids) == BATCH)
-
-
-def _status_rows(after: int, seen: list[int]) -> Read:
-    # A line's message is never missing (the lines go with it, in the same transaction).
-    return _rows_by_id(_STATUS_READ, after, seen)
-
-
-def status_payload(event_id: int, kind: str, message_id: Any, to: str, metadata: Any, detail: dict[str, Any], at: datetime) -> dict[str, Any]:
-    if kind == EventKind.FAILED:
-        status, reason = Status.FAILED.value, str(detail.get("reason") or "")
-    elif kind == EventKind.RESENT:
-        status, reason = Status.QUEUED.value, ""
-    else:
-        status, reason = str(detail.get("status") or ""), ""
-    return {
-        "type": EventType.MESSAGE_STATUS.value,
-        "timestamp": at.isoformat(),
-        "data": {
-            "messageId": str(message_id),
-            "status": status,
-            "statusAt": at.isoformat(),
-            # The timeline line's id: it grows with every change of one message, so a receiver
-            # keeps the highest it has seen and drops a stale one that arrives late.
-            "sequence": event_id,
-            "failureReason": reason or None,
-            "to": to,
-            "metadata": metadata or {},
-        },
-    }
-
-
-Scope = tuple[int, str]  # (project id, environment): whose endpoints an event goes to
-
-
-def _endpoints_by_scope(project_ids: Iterable[int], event_type: str) -> dict[Scope, list[WebhookEndpoint]]:
-    found: dict[Scope, list[WebhookEndpoint]] = {}
-    for endpoint in WebhookEndpoint.objects.filter(
-        project_id__in=set(project_ids), enabled=True, per_message=False, event_types__contains=[event_type]
-    ).only("id", "project_id", "environment"):
-        found.setdefault((endpoint.project_id, endpoint.environment), []).append(endpoint)
-    return found
-
-
-def _insert(deliveries: list[Delivery]) -> int:
-    if not deliveries:
-        return 0
-    # ON CONFLICT (endpoint, source) DO NOTHING: a replayed pass writes nothing twice.
-    Delivery.objects.bulk_create(deliveries, ignore_conflicts=True, batch_size=500)
-    return len(deliveries)
-
-
-def per_message_endpoint(project_id: int, environment: str) -> WebhookEndpoint:
-    """The project's endpoint for sends with a callbackUrl (made on first need; one per project and
-    environment)."""
-    endpoint, _ = WebhookEndpoint.objects.get_or_create(
-        project_id=project_id, environment=environment, per_message=True,
-        defaults={"url": "", "event_types": [EventType.MESSAGE_STATUS], "description": "Sends with a callbackUrl"},
-    )
-    return endpoint
-
-
-def _status_deliveries(rows: list[tuple[Any, ...]]) -> int:
-    endpoints = _endpoints_by_scope((row[3] for row in rows), EventType.MESSAGE_STATUS)
-    own: dict[Scope, WebhookEndpoint] = {}
-    deliveries = []
-    now = timezone.now()
-    for event_id, kind, message_id, project_id, to, metadata, detail, at, callback_url, environment in rows:
-        payload = status_payload(event_id, kind, message_id, to, _json(metadata), _json(detail) or {}, at)
-        scope = (project_id, environment)
-        for endpoint in endpoints.get(scope, ()):
-            deliveries.append(
-                Delivery(
-                    endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_STATUS, source=f"event:{event_id}",
-                    message_id=message_id, payload=payload, next_attempt_at=now, created_at=now,
-                )
-            )
-        if callback_url:
-            endpoint = own.get(scope) or own.setdefault(scope, per_message_endpoint(project_id, environment))
-            if endpoint.enabled:
-                deliveries.append(
-                    Delivery(
-                        endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_STATUS, source=f"event:{event_id}",
-                        url=callback_url, message_id=message_id, payload=payload, next_attempt_at=now, created_at=now,
-                    )
-                )
-    return _insert(deliveries)
-
-
-# --- message.inbound ------------------------------------------------------------------------------
-
-# The inbox's messages.upsert rows through the partial index ingest_upserts (its condition written as
-# the index's own): receipts and send confirmations, hundreds per inbound message, are never read.
-INBOUND_EVENT = "messages.upsert"
-_INBOUND_READ = f"""
-    SELECT e.id, e.event, i.project_id, e.instance_name, e.key_id,
-           CASE WHEN i.project_id IS NOT NULL THEN e.payload END,
-           coalesce(e.occurred_at, e.received_at), p.test_number
-    FROM evolution_ingestion_events e LEFT JOIN messaging_instance i ON i.name = e.instance_name
-         LEFT JOIN messaging_project p ON p.id = i.project_id
-    WHERE e.event = {_sql_list([INBOUND_EVENT])} AND e.id > %(after)s AND e.id <> ALL(%(seen)s::bigint[])
-    ORDER BY e.id
-    LIMIT %(batch)s
-"""
-
-
-def _inbound_rows(after: int, seen: list[int]) -> Read:
-    return _rows_by_id(_INBOUND_READ, after, seen, _inbound_texts)
-
-
-def _inbound_texts(rows: list[tuple[Any, ...]]) -> list[Any]:
-    """The rows of texts a contact wrote (not our own sends' echoes), each with its payload parsed."""
-    inbound = []
-    for row in rows:
-        payload = _json(row[5])
-        if payload is None:
-            continue
-        data = payload.get("data") if isinstance(payload, dict) else None
-        key = data.get("key") if isinstance(data, dict) else None
-        if isinstance(key, dict) and key.get("fromMe") is False:
-            inbound.append((*row[:5], payload, row[6], row[7]))
-    return inbound
-
-
-def inbound_payload(instance: str, key_id: str, data: dict[str, Any], at: datetime) -> dict[str, Any]:
-    key = data.get("key") or {}
-    jid = str(key.get("remoteJid") or "")
-    phone = _PHONE_JID.match(jid)
-    found = data.get("message")
-    message: dict[str, Any] = found if isinstance(found, dict) else {}
-    text = message.get("conversation") or (message.get("extendedTextMessage") or {}).get("text") or ""
-    return {
-        "type": EventType.MESSAGE_INBOUND.value,
-        "timestamp": at.isoformat(),
-        "data": {
-            "instance": instance,
-            "from": f"+{phone.group(1)}" if phone else None,
-            "remoteJid": jid,
-            "pushName": data.get("pushName") if isinstance(data.get("pushName"), str) else None,
-            "text": str(text)[:4096],
-            "whatsappMessageId": key_id,
-            "receivedAt": at.isoformat(),
-        },
-    }
-
-
-def inbound_environment(sender: str | None, test_number: str) -> str:
-    """An inbound message is the TEST world's when it comes from the project's test number (the developer's
-    own phone, which TEST sends go to), else the LIVE world's."""
-    if sender and test_number and test_number in phone_variants(sender):
-        return Environment.TEST
-    return Environment.LIVE
-
-
-def _inbound_deliveries(rows: list[tuple[Any, ...]]) -> int:
-    endpoints = _endpoints_by_scope((row[2] for row in rows), EventType.MESSAGE_INBOUND)
-    deliveries = []
-    now = timezone.now()
-    for inbox_id, _event, project_id, instance, key_id, payload, at, test_number in rows:
-        body = inbound_payload(instance, key_id, payload["data"], at)
-        scope = (project_id, inbound_environment(body["data"]["from"], test_number))
-        for endpoint in endpoints.get(scope, ()):
-            deliveries.append(
-                Delivery(
-                    endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_INBOUND, source=f"inbox:{inbox_id}",
-                    payload=body, next_attempt_at=now, created_at=now,
-                )
-            )
-    return _insert(deliveries)
-
-
-# --- opt_in.revoked -------------------------------------------------------------------------------
-
-
-def _micros(at: datetime) -> int:
-    return int(at.timestamp() * 1_000_000)
-
-
-def _from_micros(value: int) -> datetime:
-    return datetime.fromtimestamp(value / 1_000_000, tz=dt_timezone.utc)
-
-
-# Through the partial index optin_revoked: the live consents are never read. The upper bound changes
-# no answer (a time past our clock is read by the next pass, which starts before it) but tells a planner
-# without statistics (a TRUNCATE, then a bulk insert) that the range is narrow: with `>=` alone it
-# guessed a third of the table and read all of it.
-_OPT_OUT_READ = """
-    SELECT id, project_id, phone, revoked_at, revoked_by, environment FROM messaging_optin
-    WHERE revoked_at IS NOT NULL AND revoked_at >= %(since)s AND revoked_at <= %(until)s
-    ORDER BY revoked_at
-    LIMIT %(batch)s
-"""
-
-
-def _rows_by_time(sql: str, after: int, time_column: int) -> Read:
-    """One batch of a read whose cursor is a time (`sql` takes since, until and batch; `time_column` is the
-    row's time, the order of the read)."""
-    since = _from_micros(after) if after else timezone.now() - SKEW
-    read_at = timezone.now()
+def _skip_health_to_end() -> None:
     with connection.cursor() as db:
-        db.execute(sql, {"since": since, "until": read_at, "batch": BATCH})
-        rows = db.fetchall()
-    # The candidate position is SKEW behind our clock (the writers' clocks may lag), and never past
-    # the last row of a full read, which may have stopped inside a run of equal times.
-    upto = read_at - SKEW
-    if len(rows) == BATCH:
-        upto = min(upto, rows[-1][time_column])
-    return Read(rows, [], _micros(upto), len(rows) == BATCH)
-
-
-def _opt_out_rows(after: int, seen: list[int]) -> Read:
-    return _rows_by_time(_OPT_OUT_READ, after, time_column=3)
-
-
-def _opt_out_deliveries(rows: Rows) -> int:
-    endpoints = _endpoints_by_scope((row[1] for row in rows), EventType.OPT_IN_REVOKED)
-    deliveries = []
-    now = timezone.now()
-    for opt_in_id, project_id, phone, revoked_at, revoked_by, environment in rows:
-        for endpoint in endpoints.get((project_id, environment), ()):
-            deliveries.append(
-                Delivery(
-                    endpoint_id=endpoint.pk, event_type=EventType.OPT_IN_REVOKED, source=f"optin:{opt_in_id}",
-                    payload={
-                        "type": EventType.OPT_IN_REVOKED.value,
-                        "timestamp": revoked_at.isoformat(),
-                        "data": {"phone": phone, "revokedAt": revoked_at.isoformat(), "revokedBy": revoked_by or None},
-                    },
-                    next_attempt_at=now, created_at=now,
-                )
-            )
-    return _insert(deliveries)
+        db.execute("SELECT coalesce(max(id), 0) FROM messaging_instancehealthevent")
+        _skip_to("health", int(db.fetchone()[0]))
 
 
 def _opt_outs(deadline: float) -> int:
@@ -519,124 +225,6 @@ def _opt_outs(deadline: float) -> int:
     return _step(_cursor("opt_ins"), _opt_out_rows, _opt_out_deliveries, set())[1]
 
 
-# --- message.unacknowledged -----------------------------------------------------------------------
-
-# A flag is an update of the message (messaging.unacknowledged), so its cursor is a time, as the opt-ins' is
-# (`unacknowledged_at`, SKEW behind). Through the partial index msg_unacknowledged (its condition written as the
-# index's own): a message a receipt reached before this read has left it, and its flag owes nothing any more.
-_UNACKNOWLEDGED_READ = f"""
-    SELECT m.id, m.project_id, m.environment, m."to", m.metadata, m.sent_at, m.unacknowledged_at, i.name
-    FROM messaging_message m JOIN messaging_instance i ON i.id = m.instance_id
-    WHERE m.status = {_sql_list([Status.SENT])} AND m.unacknowledged_at IS NOT NULL
-      AND m.unacknowledged_at >= %(since)s AND m.unacknowledged_at <= %(until)s
-    ORDER BY m.unacknowledged_at
-    LIMIT %(batch)s
-"""
-
-
-def _unacknowledged_rows(after: int, seen: list[int]) -> Read:
-    return _rows_by_time(_UNACKNOWLEDGED_READ, after, time_column=6)
-
-
-def unacknowledged_payload(message_id: Any, to: str, metadata: Any, sent_at: datetime, at: datetime,
-                           instance: str, timeout_seconds: int) -> dict[str, Any]:
-    return {
-        "type": EventType.MESSAGE_UNACKNOWLEDGED.value,
-        "timestamp": at.isoformat(),
-        "data": {
-            "messageId": str(message_id),
-            "status": Status.SENT.value,
-            "sentAt": sent_at.isoformat(),
-            "unacknowledgedAt": at.isoformat(),
-            "ackTimeoutSeconds": timeout_seconds,
-            "instance": instance,
-            "to": to,
-            "metadata": metadata or {},
-        },
-    }
-
-
-def _unacknowledged_deliveries(rows: Rows) -> int:
-    endpoints = _endpoints_by_scope((row[1] for row in rows), EventType.MESSAGE_UNACKNOWLEDGED)
-    deliveries = []
-    now = timezone.now()
-    for message_id, project_id, environment, to, metadata, sent_at, at, instance in rows:
-        payload = unacknowledged_payload(message_id, to, _json(metadata), sent_at, at, instance,
-                                         settings.ACK_TIMEOUT_SECONDS)
-        for endpoint in endpoints.get((project_id, environment), ()):
-            deliveries.append(
-                Delivery(
-                    endpoint_id=endpoint.pk, event_type=EventType.MESSAGE_UNACKNOWLEDGED,
-                    source=f"unacknowledged:{message_id}", message_id=message_id, payload=payload,
-                    next_attempt_at=now, created_at=now,
-                )
-            )
-    return _insert(deliveries)
-
-
 def _unacknowledged() -> int:
     # Rare, as revocations are: one step per pass.
     return _step(_cursor("unacknowledged"), _unacknowledged_rows, _unacknowledged_deliveries, set())[1]
-
-
-# --- instance.health ------------------------------------------------------------------------------
-
-# Each change of a number's health is one InstanceHealthEvent row, written once (messaging.governor): read by id
-# with the two-step cursor, as the timeline is. A change goes to the LIVE endpoints of the instance's own project:
-# instances are a LIVE matter (the API's /v1/instances answers LIVE keys only), and a shared Pilot Status number
-# belongs to no project (its health is for operators: admin, the metric).
-_HEALTH_READ = """
-    SELECT h.id, i.project_id, i.name, h.from_state, h.to_state, h.reason, h.evidence, h.actor, h.cold_paused_until,
-           h.at
-    FROM messaging_instancehealthevent h JOIN messaging_instance i ON i.id = h.instance_id
-    WHERE h.id > %(after)s AND h.id <> ALL(%(seen)s::bigint[])
-    ORDER BY h.id
-    LIMIT %(batch)s
-"""
-
-
-def _health_rows(after: int, seen: list[int]) -> Read:
-    return _rows_by_id(_HEALTH_READ, after, seen, lambda rows: [row for row in rows if row[1] is not None])
-
-
-def health_payload(change_id: int, instance: str, from_state: str, to_state: str, reason: str, evidence: Any,
-                   actor: str, cold_paused_until: datetime | None, at: datetime) -> dict[str, Any]:
-    return {
-        "type": EventType.INSTANCE_HEALTH.value,
-        "timestamp": at.isoformat(),
-        "data": {
-            "instance": instance,
-            "state": to_state,
-            "previousState": from_state,
-            "reason": reason,
-            "evidence": evidence or {},
-            # Who moved it: the governor, or an operator (whose name stays in admin).
-            "by": "operator" if actor.startswith("operator:") else "governor",
-            "coldContactsPausedUntil": cold_paused_until.isoformat() if cold_paused_until else None,
-            "changedAt": at.isoformat(),
-            # Grows with each change: keep the highest, drop a lower one that arrives late.
-            "sequence": change_id,
-        },
-    }
-
-
-def _health_deliveries(rows: Rows) -> int:
-    endpoints = _endpoints_by_scope((row[1] for row in rows), EventType.INSTANCE_HEALTH)
-    deliveries = []
-    now = timezone.now()
-    for change_id, project_id, instance, from_state, to_state, reason, evidence, actor, paused, at in rows:
-        payload = health_payload(change_id, instance, from_state, to_state, reason, _json(evidence), actor, paused, at)
-        for endpoint in endpoints.get((project_id, Environment.LIVE), ()):
-            deliveries.append(
-                Delivery(
-                    endpoint_id=endpoint.pk, event_type=EventType.INSTANCE_HEALTH, source=f"health:{change_id}",
-                    payload=payload, next_attempt_at=now, created_at=now,
-                )
-            )
-    return _insert(deliveries)
-
-
-def _skip_health_to_end() -> None:
-    with connection.cursor() as db:
-        db.execute("SELECT coalesce(max(id), 0) FROM messaging_instancehealthevent")
-        _skip_to("health", int(db.fetchone()[0]))

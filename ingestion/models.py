@@ -48,7 +48,7 @@ class IngestionEvent(models.Model):
             # retention (ingestion.retention): processed rows by age. BRIN: rows arrive in time
             # order, so a few pages cover the table and an insert costs next to nothing.
             BrinIndex(fields=["received_at"], name="ingest_received_brin"),
-            # callbacks.derive: the inbound messages in id order, without reading the receipts and
+            # callbacks.derive_events: the inbound messages in id order, without reading the receipts and
             # send confirmations around them (hundreds per inbound message under load).
             models.Index(fields=["id"], name="ingest_upserts", condition=Q(event="messages.upsert")),
         ]

@@ -302,7 +302,7 @@ class OptIn(models.Model):
 
     class Meta:
         indexes = [
-            # callbacks.derive: the revocations in time order, without reading every live consent.
+            # callbacks.derive_events: the revocations in time order, without reading every live consent.
             models.Index(fields=["revoked_at"], name="optin_revoked", condition=Q(revoked_at__isnull=False)),
             # messaging.opt_outs: an opt-out written to a shared instance ends every project's live consent for
             # the number (docs/security.md, "Consent").
@@ -410,7 +410,7 @@ class Message(models.Model):
             # an entry (an accept, a requeue), not the others of a message's life.
             models.Index(fields=["to"], name="msg_queued_to", condition=Q(status="QUEUED")),
             # messaging.unacknowledged: the sends WhatsApp never acknowledged, per instance and by time (the health
-            # count, status sync's first candidates, callbacks.derive). Only flagged SENT rows pay for an entry.
+            # count, status sync's first candidates, callbacks.derive_events). Only flagged SENT rows pay for an entry.
             models.Index(
                 fields=["instance", "sent_at"],
                 name="msg_unacknowledged",
@@ -479,7 +479,7 @@ class MessageEvent(models.Model):
             # retention (messaging.retention): old lines by time. BRIN: a few pages, and next to
             # nothing per insert (six or more per message).
             BrinIndex(fields=["created_at"], name="event_created_brin"),
-            # callbacks.derive: the status lines in id order, without reading the rest of the timeline
+            # callbacks.derive_events: the status lines in id order, without reading the rest of the timeline
             # (a marketing backlog writes its ACCEPTED and DISPATCHED lines first, tens of thousands of
             # them). Partial: only the lines that owe a callback pay for an entry.
             models.Index(fields=["id"], name="event_status_lines", condition=Q(kind__in=STATUS_LINE_KINDS)),

@@ -191,7 +191,7 @@ def callbacks_figures(ctx: Context, receiver: Receiver, ids: list[str]) -> dict[
     changes made by then (each one `message.status` callback: the timeline's STATUS, FAILED and RESENT lines
     of project A's messages), then once it has caught up with those or CALLBACKS_SETTLE_SECONDS passed
     (`delivered`)."""
-    from callbacks.derive import STATUS_KINDS
+    from callbacks.derive_events import STATUS_KINDS
     from django.db.models import Max
 
     from callbacks.models import Delivery, RelayCursor

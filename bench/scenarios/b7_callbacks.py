@@ -66,7 +66,7 @@ def concurrency(argv: list[str]) -> str:
 
 def status_changes(project: Any) -> int:
     """The callbacks owed to a `message.status` endpoint of `project`: its messages' status lines."""
-    from callbacks.derive import STATUS_KINDS
+    from callbacks.derive_events import STATUS_KINDS
     from messaging.models import MessageEvent
 
     return MessageEvent.objects.filter(kind__in=STATUS_KINDS, message__project=project).count()

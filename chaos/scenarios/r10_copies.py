@@ -119,7 +119,7 @@ def create_endpoint(ctx: Context, tenant: Any, url: str) -> dict[str, Any]:
 
 def callbacks_owed(tenant: Any) -> set[int]:
     """Every status line of the tenant's messages (a `message.status` callback each)."""
-    from callbacks.derive import STATUS_KINDS
+    from callbacks.derive_events import STATUS_KINDS
     from messaging.models import MessageEvent
 
     return set(MessageEvent.objects.filter(kind__in=STATUS_KINDS, message__project=tenant.project)

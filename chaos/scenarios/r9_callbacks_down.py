@@ -140,7 +140,7 @@ def resend_corrected(ctx: Context, ids: list[str], timeout: float) -> dict[str, 
 def callback_figures(ctx: Context, receiver: Any, message_ids: list[str]) -> dict[str, Any]:
     """Owed: every STATUS/FAILED/RESENT line of A's messages (a `message.status` callback each). Received:
     the receiver's requests answered 2xx (signature held), by `data.sequence` (the line's id)."""
-    from callbacks.derive import STATUS_KINDS
+    from callbacks.derive_events import STATUS_KINDS
     from messaging.models import Message, MessageEvent
 
     owed = dict(MessageEvent.objects.filter(kind__in=STATUS_KINDS, message__project=ctx.world.a.project)
@@ -286,7 +286,7 @@ def run(ctx: Context) -> dict[str, Any]:
         catch_up_stream.join(120.0)
         catch_up = otp_figures(ctx, catch_up_ids, catch_up_answered)
         catch_up["lost"] = ctx.drain(catch_up_ids)["lost"]  # final before their callbacks are judged
-        from callbacks.derive import STATUS_KINDS
+        from callbacks.derive_events import STATUS_KINDS
         from messaging.models import MessageEvent
 
         def caught_up() -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from callbacks import derive
+from callbacks import derive, derive_events
 from callbacks.models import Delivery, RelayCursor, WebhookEndpoint
 from messaging import lifecycle, opt_ins
 from messaging.models import FailureReason, Message, MessageEvent
@@ -213,7 +213,7 @@ def test_a_status_line_after_thousands_of_other_lines_is_delivered_by_one_pass(a
     endpoint = endpoint_for(alice)
     message = send(alice)
     derive.run()
-    other_lines(message, 20 * derive.BATCH)
+    other_lines(message, 20 * derive_events.BATCH)
     assert lifecycle.advance(message, "SENT")
 
     # when: one pass runs
@@ -231,7 +231,7 @@ def test_a_status_line_after_thousands_of_other_lines_is_delivered_by_one_pass(a
 
 
 def test_one_pass_goes_through_a_backlog_of_status_lines_batch_after_batch(alice, monkeypatch):
-    monkeypatch.setattr(derive, "BATCH", 50)
+    monkeypatch.setattr(derive_events, "BATCH", 50)
     endpoint = endpoint_for(alice)
     message = send(alice)
     derive.run()
@@ -244,7 +244,7 @@ def test_one_pass_goes_through_a_backlog_of_status_lines_batch_after_batch(alice
 
 
 def test_a_late_line_is_not_skipped_while_a_pass_reads_ahead_of_it(alice, monkeypatch):
-    monkeypatch.setattr(derive, "BATCH", 2)
+    monkeypatch.setattr(derive_events, "BATCH", 2)
     endpoint = endpoint_for(alice)
     message = send(alice)
     derive.run()
@@ -278,7 +278,7 @@ def test_an_inbound_message_after_thousands_of_receipts_is_delivered_by_one_pass
     IngestionEvent.objects.bulk_create(
         (IngestionEvent(dedup_key=f"r{n:063d}", channel="WEBHOOK", event="messages.update", instance_name=alice_instance.name,
                         key_id=f"3EB0R{n}", payload={"event": "messages.update", "data": {"status": "DELIVERY_ACK"}})
-         for n in range(10 * derive.BATCH)),
+         for n in range(10 * derive_events.BATCH)),
         batch_size=5000,
     )
     IngestionEvent.objects.create(

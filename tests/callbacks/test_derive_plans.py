@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from callbacks import derive
+from callbacks import derive, derive_events
 from callbacks.models import WebhookEndpoint
 from ingestion.models import IngestionEvent
 from messaging.models import Environment, Message, MessageEvent, OptIn
@@ -113,7 +113,7 @@ def test_the_status_read_reads_only_status_lines_and_their_messages(alice, alice
 
     blind_statistics(["messaging_message", "messaging_messageevent"], how, fill)
 
-    plan = explain(derive._STATUS_READ, {"after": 0, "seen": [], "batch": derive.BATCH})
+    plan = explain(derive_events._STATUS_READ, {"after": 0, "seen": [], "batch": derive_events.BATCH})
 
     # Only the status lines are read (in id order through the index, or all those past the cursor and
     # sorted: either way none of the 20,000 others), and each line's message by its primary key.
@@ -142,7 +142,7 @@ def test_the_inbound_read_reads_only_upserts(alice, alice_instance, how):
 
     blind_statistics(["evolution_ingestion_events"], how, fill)
 
-    plan = explain(derive._INBOUND_READ, {"after": 0, "seen": [], "batch": derive.BATCH})
+    plan = explain(derive_events._INBOUND_READ, {"after": 0, "seen": [], "batch": derive_events.BATCH})
 
     (inbox,) = scans_of(plan, "evolution_ingestion_events")
     assert inbox["Node Type"] != "Seq Scan" and "ingest_upserts" in index_names(plan), plan
@@ -160,7 +160,7 @@ def test_the_opt_out_read_reads_only_revocations(alice, how):
 
     blind_statistics(["messaging_optin"], how, fill)
 
-    plan = explain(derive._OPT_OUT_READ, {"since": timezone.now() - timedelta(minutes=5), "until": timezone.now(), "batch": derive.BATCH})
+    plan = explain(derive_events._OPT_OUT_READ, {"since": timezone.now() - timedelta(minutes=5), "until": timezone.now(), "batch": derive_events.BATCH})
 
     (opt_ins,) = scans_of(plan, "messaging_optin")
     assert "Seq Scan" not in opt_ins["Node Type"] and index_names(plan) == {"optin_revoked"}, plan
