@@ -15,7 +15,12 @@
 #   session the same nice (/proc/self/autogroup), or its own nice would count for nothing.
 # - Where systemd runs and lets us (root, or a user manager), each process also gets a scope of its own in the
 #   class's slice, weighted as deploy/systemd's are: pilot-status-otp.slice (CPUWeight 1000) or
-#   pilot-status-bulk.slice (CPUWeight 20). LAUNCH_SLICES=0 leaves systemd out.
+#   pilot-status-bulk.slice (CPUWeight 20).
+# - Where there is no systemd but the CPU cgroup is ours to write (a container run as root, a bare root shell), the
+#   launcher makes the same tree systemd would: the two slices under the cgroup root, weighted the same, and a group
+#   of its own per process inside its slice (a unit's cgroup), so that processes of one class share their slice by
+#   process, as units do. Empty groups left by processes that ended are removed at the next launch.
+#   LAUNCH_CGROUP_ROOT names another root (tests); LAUNCH_SLICES=0 leaves both systemd and cgroups out.
 set -euo pipefail
 
 OTP_WEIGHT=1000
@@ -29,6 +34,47 @@ systemd_run() {
     elif [ -n "${XDG_RUNTIME_DIR:-}" ] && [ -S "$XDG_RUNTIME_DIR/systemd/private" ]; then
         echo "systemd-run --user --scope --quiet --collect"
     fi
+}
+
+cgroup_root() {
+    # Prints "v2 DIR" or "v1 DIR": a CPU cgroup root this launcher may make slices under; nothing when there is none.
+    [ "${LAUNCH_SLICES:-1}" != 0 ] || return 0
+    local root
+    if [ -n "${LAUNCH_CGROUP_ROOT:-}" ]; then
+        root=$LAUNCH_CGROUP_ROOT
+        if [ -e "$root/cpu.shares" ]; then echo "v1 $root"; else echo "v2 $root"; fi
+        return 0
+    fi
+    root=/sys/fs/cgroup
+    if [ -f "$root/cgroup.subtree_control" ]; then
+        # cgroup v2: only where the root already hands the cpu controller down (enabling it is the host's call).
+        grep -qw cpu "$root/cgroup.subtree_control" && [ -w "$root" ] && echo "v2 $root"
+    elif [ -w "$root/cpu" ] && [ -e "$root/cpu/cpu.shares" ]; then
+        echo "v1 $root/cpu"
+    fi
+    return 0
+}
+
+enter_cgroup() {
+    # Moves this process (and so the command it execs) into <root>/pilot-status-<class>.slice/run-<pid>.scope.
+    local version=$1 root=$2 weight=$3 slice group file value
+    slice="$root/pilot-status-$class.slice"
+    group="$slice/run-$$.scope"
+    if [ "$version" = v1 ]; then
+        file=cpu.shares value=$((weight * 1024 / 100))  # systemd's mapping of CPUWeight onto cpu.shares
+    else
+        file=cpu.weight value=$weight
+    fi
+    for old in "$slice"/run-*.scope; do
+        [ -d "$old" ] && rmdir "$old" 2>/dev/null || true
+    done
+    if mkdir -p "$group" 2>/dev/null && { echo "$value" >"$slice/$file"; } 2>/dev/null \
+            && { [ "$version" = v1 ] || { echo +cpu >"$slice/cgroup.subtree_control"; } 2>/dev/null; } \
+            && { echo $$ >"$group/cgroup.procs"; } 2>/dev/null; then
+        return 0
+    fi
+    rmdir "$group" 2>/dev/null || true
+    echo "scripts/launch.sh: no cgroup of its class for this process ($group refused it)" >&2
 }
 
 session_nice() {
@@ -50,8 +96,15 @@ session_nice() {
 case "${1:-}" in
     --describe)
         scope=$(systemd_run)
-        echo "bulk at nice ${BACKGROUND_NICE:-10} (the session's too where the kernel groups by session);" \
-             "${scope:+systemd scopes in pilot-status-otp.slice / pilot-status-bulk.slice}${scope:-no systemd slices on this host}"
+        cgroups=$(cgroup_root)
+        if [ -n "$scope" ]; then
+            slices="systemd scopes in pilot-status-otp.slice / pilot-status-bulk.slice"
+        elif [ -n "$cgroups" ]; then
+            slices="no systemd; cgroup ${cgroups%% *} slices pilot-status-otp.slice / pilot-status-bulk.slice under ${cgroups#* }"
+        else
+            slices="no systemd slices on this host"
+        fi
+        echo "bulk at nice ${BACKGROUND_NICE:-10} (the session's too where the kernel groups by session); $slices"
         exit 0 ;;
     otp) weight=$OTP_WEIGHT; nice=0 ;;
     bulk) weight=$BULK_WEIGHT; nice=${BACKGROUND_NICE:-10} ;;
@@ -73,5 +126,9 @@ scope=$(systemd_run)
 if [ -n "$scope" ]; then
     # shellcheck disable=SC2206
     prefix=($scope "--slice=pilot-status-$class.slice" -p "CPUWeight=$weight" -- "${prefix[@]}")
+else
+    cgroups=$(cgroup_root)
+    # shellcheck disable=SC2086
+    [ -z "$cgroups" ] || enter_cgroup $cgroups "$weight"
 fi
 exec "${prefix[@]}" "$@"

@@ -102,6 +102,79 @@ def test_it_says_what_this_host_allows():
     assert done.stdout.startswith("bulk at nice 10") and "slices" in done.stdout
 
 
+def launch_in_cgroups(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return launch(*args, env={"LAUNCH_SLICES": "1", "LAUNCH_CGROUP_ROOT": str(root)})
+
+
+def pid_of(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+PRINT_PID = (sys.executable, "-c", "import os; print(os.getpid())")
+
+
+@pytest.mark.parametrize("launch_class, shares, weight", [("otp", "10240", "1000"), ("bulk", "204", "20")])
+def test_without_systemd_each_process_gets_a_group_of_its_own_in_its_weighted_slice(tmp_path, launch_class, shares,
+                                                                                      weight):
+    # What systemd makes for a unit in a slice: the slice weighted as deploy/systemd's, a group per process inside.
+    # cgroup v1 (a cpu.shares file at the root) takes the weight as shares, in systemd's mapping (weight × 1024 / 100).
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir(), v2.mkdir()
+    (v1 / "cpu.shares").write_text("1024\n")
+    for root, file, value in ((v1, "cpu.shares", shares), (v2, "cpu.weight", weight)):
+        pid = pid_of(launch_in_cgroups(root, launch_class, *PRINT_PID))
+        slice_ = root / f"pilot-status-{launch_class}.slice"
+        assert (slice_ / file).read_text().strip() == value
+        # The launcher's own pid, which exec hands to the command: the process itself is in the group.
+        assert (slice_ / f"run-{pid}.scope" / "cgroup.procs").read_text().strip() == pid
+    assert (v2 / f"pilot-status-{launch_class}.slice" / "cgroup.subtree_control").read_text().strip() == "+cpu"
+
+
+def test_a_launch_removes_the_empty_groups_of_processes_that_ended_and_keeps_the_others(tmp_path):
+    slice_ = tmp_path / "pilot-status-bulk.slice"
+    ended, running = slice_ / "run-1.scope", slice_ / "run-2.scope"
+    ended.mkdir(parents=True)
+    running.mkdir()
+    (running / "cgroup.procs").write_text("2\n")  # a group with a process in it cannot be removed
+    pid_of(launch_in_cgroups(tmp_path, "bulk", *PRINT_PID))
+    assert not ended.exists() and running.exists()
+
+
+def test_a_cgroup_root_it_cannot_write_still_starts_the_command_and_says_so(tmp_path):
+    (tmp_path / "file").write_text("")
+    for root, launch_class in ((tmp_path / "file", "otp"), (Path("/proc/self/no-such-group"), "bulk")):
+        done = launch_in_cgroups(root, launch_class, *PRINT_PID)
+        assert done.returncode == 0 and done.stdout.strip().isdigit(), done.stderr
+        assert "no cgroup of its class" in done.stderr
+
+
+def test_launch_slices_zero_leaves_cgroups_alone(tmp_path):
+    done = launch("bulk", *PRINT_PID, env={"LAUNCH_SLICES": "0", "LAUNCH_CGROUP_ROOT": str(tmp_path)})
+    assert done.returncode == 0 and not list(tmp_path.iterdir())
+
+
+def test_it_describes_the_cgroup_slices_it_would_make(tmp_path):
+    done = launch("--describe", env={"LAUNCH_SLICES": "1", "LAUNCH_CGROUP_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin",
+                                     "XDG_RUNTIME_DIR": ""})
+    assert done.returncode == 0, done.stderr
+    if "systemd scopes" not in done.stdout:  # a host with systemd uses its scopes first
+        assert f"cgroup v2 slices pilot-status-otp.slice / pilot-status-bulk.slice under {tmp_path}" in done.stdout
+
+
+REAL_V1 = Path("/sys/fs/cgroup/cpu/cpu.shares")
+
+
+@pytest.mark.skipif(not (REAL_V1.exists() and os.access(REAL_V1.parent, os.W_OK)) or Path("/run/systemd/system").is_dir(),
+                    reason="no writable cgroup v1 cpu controller without systemd here")
+def test_on_this_host_the_kernel_puts_a_bulk_process_in_the_bulk_slice():
+    show = (sys.executable, "-c", "print(open('/proc/self/cgroup').read())")
+    done = launch("bulk", *show, env={"LAUNCH_SLICES": "1"})
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^\d+:cpu(,cpuacct)?:/pilot-status-bulk\.slice/run-\d+\.scope$", done.stdout, re.M), done.stdout
+    assert (REAL_V1.parent / "pilot-status-bulk.slice" / "cpu.shares").read_text().strip() == "204"
+
+
 def procfile() -> dict[str, str]:
     lines = (ROOT / "Procfile").read_text().splitlines()
     return dict(line.split(": ", 1) for line in lines if line and not line.startswith("#"))
