@@ -246,7 +246,6 @@ def b2_at_rate(ctx: Context, rate: float, seconds: float, warmup: float) -> dict
     moment of its own, released by the relay as it does), on A's official fleet with no human pace, so that the one
     difference from the paced window is the policy. UTILITY, as B9's; the CPU per message SENT over `seconds` after
     `warmup`, measured as B9's."""
-    from django.db.models import Max
     from django.utils import timezone
 
     from messaging.inserts import notify_relay
@@ -272,11 +271,10 @@ def b2_at_rate(ctx: Context, rate: float, seconds: float, warmup: float) -> dict
         time.sleep(seconds)
     w1 = timezone.now()
     sent = Message.objects.filter(pk__in=ids, sent_at__gte=w0, sent_at__lte=w1).count()
-    last_due = Message.objects.filter(pk__in=ids).aggregate(last=Max("next_attempt_at"))["last"]
     stop_releases()
     return {"rate_asked": round(rate, 1), "sends_per_s": round(sent / (w1 - w0).total_seconds(), 1),
             "window_s": round((w1 - w0).total_seconds(), 1), "sent_in_window": sent,
-            "backlog_left": bool(last_due and last_due > w1),
+            "backlog_left": max(due.values(), default=w0) > w1,
             "stack_ms_per_message": stack_ms(meter, sent), "cpu_ms_per_message": per_unit(meter, sent)}
 
 
