@@ -35,8 +35,9 @@ import jwt
 from django.conf import settings
 from django.http import HttpRequest
 
-from messaging.models import Instance, InstanceTokens
+from messaging.models import Instance
 from messaging.prepared import prepared_cursor
+from messaging.tokens import InstanceTokens
 from pilot_status.database import checking_connection
 
 from . import inbox
@@ -68,7 +69,7 @@ class InstanceCredentials(InstanceTokens):
     """What proves an event to be an instance's, as read for it: all auth keeps of an instance.
 
     Small and immutable, so that a cached copy is shared by gthread's threads as it is; the checks
-    are Instance's own (messaging.models.InstanceTokens), not a second implementation."""
+    are Instance's own (messaging.tokens.InstanceTokens), not a second implementation."""
 
     pk: int
     name: str

@@ -10,7 +10,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from . import rules
-from .models import ApiKey, Environment, Instance, Project, SendProfile, hash_secret, new_token_salt
+from .models import ApiKey, Environment, Instance, Project, SendProfile
+from .tokens import hash_secret, new_token_salt
 
 
 class OperatorError(Exception):

@@ -23,7 +23,8 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from ..models import ApiKey, hash_secret
+from ..models import ApiKey
+from ..tokens import hash_secret
 
 # Writing last_used_at on every request would double the writes of a send; once a minute is
 # precise enough for "is this key still used?".

@@ -16,7 +16,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from messaging import operators
-from messaging.models import Instance, _derived_webhook_token
+from messaging.models import Instance
+from messaging.tokens import _derived_webhook_token
 
 SALT = re.compile(r"^[0-9a-f]{32}$")
 
