@@ -28,7 +28,7 @@ from ..choices import (
 # The migrations name the fields' defaults by this path: messaging.models.new_token_salt (0007) and
 # messaging.models.default_opt_out_keywords (0012).
 from ..tokens import new_token_salt as new_token_salt
-from .health import (
+from .instance_health import (
     InstanceHealthEvent as InstanceHealthEvent,
     InstanceSignal as InstanceSignal,
     SignalKind as SignalKind,
