@@ -53,3 +53,46 @@ def test_a_bulk_relay_gathers_rows_that_come_due_at_moments_of_their_own():
     assert timed_wait(0.01, 0.0, 1.0, 0.0) == 0.01
     # never past the poll
     assert timed_wait(5.0, 0.0, 1.0, 0.2) == 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_relay_wakes_for_new_work_of_its_own_lanes_only(settings):
+    # given: a bulk relay waiting on the outbox channel, and an OTP relay; nothing due
+    import time
+
+    from django.db import connection
+
+    from messaging.inserts import notify_relay
+
+    settings.RELAY_POLL_SECONDS = 0.5
+    db = connection.settings_dict  # the test database: a NOTIFY reaches the listeners of its own database only
+    settings.DATABASE_URL = f"postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    bulk, otp = Command(), Command()
+    bulk.lanes, bulk.gather = ("utility", "marketing"), 0.2
+    otp.lanes, otp.gather = ("otp",), 0.0
+    bulk_listener, otp_listener = bulk._listen(), otp._listen()
+    try:
+        # when: an OTP is accepted (its NOTIFY names its lane)
+        notify_relay("otp")
+        time.sleep(0.1)  # delivered to both listeners
+        started = time.monotonic()
+        bulk._wait(bulk_listener)
+        bulk_waited = time.monotonic() - started
+        started = time.monotonic()
+        otp._wait(otp_listener)
+        otp_waited = time.monotonic() - started
+
+        # then: the bulk relay slept its poll out (no pass over the marketing lane for an OTP), the OTP relay woke
+        assert bulk_waited >= 0.45
+        assert otp_waited < 0.45
+
+        # and a NOTIFY for a lane no relay knows (an older or newer writer) still wakes every relay
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify('outbox', 'some-new-lane')")
+        time.sleep(0.1)
+        started = time.monotonic()
+        bulk._wait(bulk_listener)
+        assert time.monotonic() - started < 0.45
+    finally:
+        bulk_listener.close()
+        otp_listener.close()

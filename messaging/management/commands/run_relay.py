@@ -113,9 +113,16 @@ class Command(BaseCommand):
             timeout = timed_wait(due_in, since_pass, settings.RELAY_POLL_SECONDS, self.gather)
             if timeout <= 0:
                 return
-        # Any notification means new due work; drain the burst and go release it.
-        for _ in listener.notifies(timeout=timeout, stop_after=1):
-            break
+        # A notification names the lane of its new row: another lane's is another relay's work.
+        for notice in listener.notifies(timeout=timeout):
+            if wakes(notice.payload, self.lanes):
+                break
+
+
+def wakes(lane: str, lanes: tuple[str, ...]) -> bool:
+    """Whether a NOTIFY about a new row of `lane` is work for a relay of `lanes`. A lane this process does not know
+    (a writer of another version) wakes it: a pass too many costs less than a row left to the poll."""
+    return lane in lanes or lane not in LANES
 
 
 def timed_wait(due_in: float | None, since_pass: float, poll: float, gather: float) -> float:
