@@ -147,6 +147,29 @@ def test_it_saves_forwards_and_acks(transactional_db, web, connection, topo, sen
     assert depth(connection, topo.work) == 0  # acked
 
 
+def test_it_forwards_and_acks_with_no_transaction_open(transactional_db, web, connection, topo, sent_message,
+                                                        exchange_name, monkeypatch):
+    # The row is committed before the forward waits on the webhook and before the (batched) ack: an open
+    # transaction there would hold the new inbox row's locks for as long as the webhook or the broker takes.
+    states: list[tuple[str, bool, str]] = []
+
+    def spy(name, real):
+        def call(*args, **kwargs):
+            raw = db_connection.connection
+            states.append((name, db_connection.in_atomic_block, "" if raw is None else raw.info.transaction_status.name))
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(consumer_module.forwarding, "forward", spy("forward", consumer_module.forwarding.forward))
+    monkeypatch.setattr(amqp.Channel, "basic_ack", spy("ack", amqp.Channel.basic_ack))
+    publish_like_evolution(connection, exchange_name, receipt("DELIVERY_ACK", channel="rabbitmq"))
+
+    run_once(connection, topo)
+
+    assert {name for name, _, _ in states} == {"forward", "ack"}
+    assert all(not atomic and status == "IDLE" for _, atomic, status in states), states
+
+
 @pytest.mark.parametrize("done_mark", ["kept", "expired"])
 def test_an_event_already_processed_by_the_webhook_is_skipped(
     transactional_db, web, connection, topo, sent_message, exchange_name, done_mark
