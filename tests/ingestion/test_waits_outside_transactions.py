@@ -19,6 +19,7 @@ from django.db import connection
 from psycopg.pq import TransactionStatus
 
 from ingestion import receive
+from messaging.sending import instance_state
 from tests.ingestion.helpers import make_message, receipt, sample
 
 
@@ -78,3 +79,12 @@ def test_no_wait_while_an_events_transaction_is_open(transactional_db, alice, al
     assert webhook.status == receive.PROCESSED and forwarded.status in (receive.PROCESSED, receive.SKIPPED)
     assert waits_in_transaction == []
     assert _transaction_status() == TransactionStatus.IDLE  # nothing left open for the thread's next request
+
+
+def test_a_connection_update_still_refreshes_the_workers_cached_view_once_committed(transactional_db, alice_instance):
+    instance_state.remember(alice_instance.name, "open")
+
+    assert receive.receive_webhook(sample("webhook.connection.update.close.json")).reason == "state_changed"
+
+    cached = instance_state._cached(alice_instance.name)
+    assert cached is not None and cached[0] == "close"
