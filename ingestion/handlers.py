@@ -426,8 +426,10 @@ def _connection(event: IngestionEvent, instance: Instance, data: dict[str, Any])
     if event.occurred_at is not None and _newer_state_applied(event):
         return "stale"
     # The domain records it, refreshes the worker's cached view and, on `open`, releases the
-    # messages that were smart-waiting for this instance (paced by the relay).
-    instance_state.remember(instance.name, str(state))
+    # messages that were smart-waiting for this instance (paced by the relay). The cached view is
+    # written once the state commits: a Redis round trip here would keep this transaction, the
+    # instance row's lock and the new inbox row's with it, open for as long as Redis takes.
+    transaction.on_commit(lambda: instance_state.remember(instance.name, str(state)))
     changed = instance_state.sync(instance, str(state))
     # Leaving open is a disconnect, a close 401 a logout, a close 403 a ban: the number's health (messaging.governor).
     governor.safely(governor.connection, instance, str(state), data.get("statusReason"), changed)
