@@ -40,3 +40,30 @@ def test_a_malformed_number_stops_start_up_and_names_the_setting(name, value, sa
 def test_the_defaults_start():
     result = start_up()
     assert result.returncode == 0, result.stderr
+
+
+_APPLICATION_NAME = """
+import django; django.setup()
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute("SELECT current_setting('application_name')")
+    print(cursor.fetchone()[0])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given, shown", [
+    ({"DATABASE_APPLICATION_NAME": "webhook"}, "webhook"),  # deploy/systemd, the bench
+    ({"HONCHO_PROCESS_NAME": "consumer.1"}, "consumer.1"),  # make run
+    ({"DATABASE_APPLICATION_NAME": "relay", "HONCHO_PROCESS_NAME": "relay.1"}, "relay"),
+])
+def test_a_process_names_its_sessions_in_pg_stat_activity(db, given, shown):
+    from tests.support.processes import test_database_url
+
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("DATABASE_APPLICATION_NAME", "HONCHO_PROCESS_NAME", "PGAPPNAME")}
+    env.update(DJANGO_SETTINGS_MODULE="pilot_status.settings", DATABASE_URL=test_database_url(), **given)
+    result = subprocess.run([sys.executable, "-c", _APPLICATION_NAME], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == shown
