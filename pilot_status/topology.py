@@ -294,6 +294,7 @@ Type=simple
 User=pilot-status
 WorkingDirectory=/opt/pilot-status
 Environment=PATH=/opt/pilot-status/.venv/bin:/usr/bin:/bin WEB_CONCURRENCY=2 CALLBACKS_WORKER_CONCURRENCY=8
+Environment=DATABASE_APPLICATION_NAME={name}
 EnvironmentFile=/etc/pilot-status/env
 ExecStart={command}
 Slice={slice}

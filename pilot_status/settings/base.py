@@ -3,6 +3,7 @@ files, logging, time, and the processes' health (heartbeats, readiness, counters
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -94,6 +95,12 @@ _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
 # compiling than running, on every pass (tests/messaging/test_relay_plans.py).
 _SESSION_SETTINGS = ["-c jit=off"] + ([f"-c lock_timeout={_LOCK_TIMEOUT_MS}"] if _LOCK_TIMEOUT_MS else [])
 DATABASES["default"]["OPTIONS"]["options"] = " ".join(_SESSION_SETTINGS)
+# The name this process's sessions carry in pg_stat_activity (application_name), so that an operator sees which
+# process holds a session or its locks. deploy/systemd's units and the bench set it to the process's name; under
+# `make run` it defaults to honcho's (`web.1`, `webhook.1`, ...); empty: libpq's own (PGAPPNAME).
+DATABASE_APPLICATION_NAME = envstr("DATABASE_APPLICATION_NAME", os.environ.get("HONCHO_PROCESS_NAME", ""))
+if DATABASE_APPLICATION_NAME:
+    DATABASES["default"]["OPTIONS"].setdefault("application_name", DATABASE_APPLICATION_NAME)
 # A process whose threads spend most of their time waiting on something else (the lane workers: on
 # Evolution, issue 26) shares a pool of this many connections among them instead of one per thread,
 # and gives its connection back while it waits (pilot_status.database.release_while_waiting). 0 (the
