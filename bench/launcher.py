@@ -245,12 +245,13 @@ class BenchStack:
         """A process started through the launcher as `make run` starts it: its class, at its nice (BENCH_NICE may
         set one for any process, which then runs as background work)."""
         nice = priorities(dict(os.environ)).get(name, 0)
-        env = self.env
+        # Its sessions carry its name in pg_stat_activity: a TRUNCATE that times out names who held the tables.
+        env = {**self.env, "DATABASE_APPLICATION_NAME": name}
         if nice:
             launch_class = "bulk"
-            env = {**self.env, "BACKGROUND_NICE": str(nice)}
+            env["BACKGROUND_NICE"] = str(nice)
         elif launch_class == "bulk":
-            env = {**self.env, "BACKGROUND_NICE": "0"}
+            env["BACKGROUND_NICE"] = "0"
         if launch_class:
             argv = [str(ROOT / "scripts" / "launch.sh"), launch_class, *argv]
         return Process(name, kind, argv, env, self.config.log_dir / f"{name}.log", ready_line)
