@@ -1,4 +1,4 @@
-"""The RabbitMQ channel of dual ingestion (docs/architecture.md, "Path of an event").
+"""The RabbitMQ channel of dual ingestion (docs/internals.md, "Path of an event").
 
 Our own durable quorum queue is bound with `#` to Evolution's topic exchange (global mode) and,
 in per-instance mode, to the exchange Evolution names after each instance; the set of instance

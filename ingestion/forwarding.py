@@ -1,4 +1,4 @@
-"""The internal forward: a saved event POSTed to the webhook handler with already_saved (docs/architecture.md, "Path of an event").
+"""The internal forward: a saved event POSTed to the webhook handler with already_saved (docs/internals.md, "Path of an event").
 
 urllib3 directly, not requests: every event the consumer takes first is forwarded, so the forward is a large
 share of the consumer's CPU, and requests' session machinery (the environment's proxy settings read on every

@@ -1,4 +1,4 @@
-"""The Redis fast path of two-layer dedup: one holder per event for two minutes (docs/architecture.md, "Path of an event").
+"""The Redis fast path of two-layer dedup: one holder per event for two minutes (docs/internals.md, "Path of an event").
 
 A lock is a filter, never the guard: the inbox's unique key and the row lock in
 handlers.apply decide. So when Redis is unreachable the lock is treated as acquired and

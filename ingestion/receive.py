@@ -1,4 +1,4 @@
-"""The one way in for an Evolution event: lock, inbox, business logic (docs/architecture.md, "Path of an event")."""
+"""The one way in for an Evolution event: lock, inbox, business logic (docs/internals.md, "Path of an event")."""
 
 from __future__ import annotations
 

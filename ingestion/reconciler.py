@@ -1,4 +1,4 @@
-"""Ingestion reconciler (docs/architecture.md, "Path of an event"): forward again events saved but never processed.
+"""Ingestion reconciler (docs/internals.md, "Path of an event"): forward again events saved but never processed.
 
 Covers a crash after an event was saved and before its business logic finished (a consumer
 killed between save and forward, a web process killed mid-request) and receipts that arrived

@@ -1,4 +1,4 @@
-"""Acting on dead letters: force resend (docs/architecture.md, "Dead letters") and dismiss, one entry or a selection.
+"""Acting on dead letters: force resend (docs/internals.md, "Dead letters") and dismiss, one entry or a selection.
 
 The API, the dashboard, the bulk job and the admin all call these functions; they hold the
 rules. A resend goes through the same funnel checks as a new message (docs/architecture.md, "Boundaries"):

@@ -1,4 +1,4 @@
-"""The checks of the sending funnel (docs/architecture.md, "Path of a message"), as plain functions.
+"""The checks of the sending funnel (docs/internals.md, "Path of a message"), as plain functions.
 
 Each takes what it judges and returns the contract's error code, or None when the check passes.
 """

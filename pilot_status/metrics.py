@@ -1,4 +1,4 @@
-"""Counters in Redis (docs/architecture.md, "Path of an event", Counters): `ps:metrics:evolution:*` and `ps:metrics:messages:*`.
+"""Counters in Redis (docs/internals.md, "Path of an event", Counters): `ps:metrics:evolution:*` and `ps:metrics:messages:*`.
 
 Counting must never break the work it counts: when Redis is down, counts are lost, work is not.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..envparse import envbool, envfloat, envint, envports, envwaits
 
 
-# Status callbacks (issue 23; docs/security.md "Callbacks", docs/architecture.md "Path of a callback").
+# Status callbacks (issue 23; docs/security.md "Callbacks", docs/internals.md "Path of a callback").
 # Beat period of the relay pass that writes deliveries from the timeline, the inbox and the opt-ins
 # and hands the due ones to the `callbacks` queue (pilot_status/celery.py reads the same variable).
 CALLBACKS_RELAY_SECONDS = envfloat("CALLBACKS_RELAY_SECONDS", 1.0, above=0)

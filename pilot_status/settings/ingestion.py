@@ -11,7 +11,7 @@ from ..envparse import envbool, envfloat, envint, envstr, envurl
 from .security import ALLOWED_HOSTS
 
 
-# Where the RabbitMQ consumer and the ingestion reconciler forward events (docs/architecture.md, "Path of an event").
+# Where the RabbitMQ consumer and the ingestion reconciler forward events (docs/internals.md, "Path of an event").
 INTERNAL_WEBHOOK_URL = envurl(
     "INTERNAL_WEBHOOK_URL",
     ("http", "https"),

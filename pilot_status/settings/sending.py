@@ -25,7 +25,7 @@ TYPING_DELAY_OTP_MS = envint("TYPING_DELAY_OTP_MS", 300, minimum=0)
 TYPING_DELAY_JITTER = envfloat("TYPING_DELAY_JITTER", 0.2, minimum=0, at_most=1)
 TYPING_DELAY_MAX_MS = envint("TYPING_DELAY_MAX_MS", 3000, minimum=0)
 
-# Sending policy (issue 4; docs/architecture.md, "Path of a message"). Named so that operators can find and tune them.
+# Sending policy (issue 4; docs/internals.md, "Path of a message"). Named so that operators can find and tune them.
 SEND_MAX_ATTEMPTS = envint("SEND_MAX_ATTEMPTS", 10, minimum=1)
 RELAY_BATCH_SIZE = envint("RELAY_BATCH_SIZE", 200, minimum=1)
 RELAY_POLL_SECONDS = envfloat("RELAY_POLL_SECONDS", 1.0, above=0)
