@@ -47,6 +47,8 @@ class Context:
         stop_releases()
         purge_queues()
         drain_sends()
+        self.sim.reset()  # the receipts of the sends that ended during the drain
+        wait_for_quiet_database()
         empty_tables()
         purge_queues()
         register_all(self.sim, self.world, self.stack.webhook_url, ack_delays_ms=ack_delays_ms)
@@ -113,6 +115,27 @@ def purge(conn: Any, queues: tuple[str, ...]) -> None:
 # Database errors seen while polling (Postgres restarted by someone else's test on a shared machine).
 # The figures of a scenario that saw any are marked as disturbed in the report.
 DISTURBANCES: list[str] = []
+
+
+QUIET_TIMEOUT_S = 60.0
+
+
+def wait_for_quiet_database(timeout: float = QUIET_TIMEOUT_S) -> None:
+    """Wait for a moment when no other session of the bench database is inside a transaction. After a backlog the
+    webhook pool still works through the receipts of the last sends, and a webhook thread (background priority, on a
+    busy machine) can sit idle in transaction for longer than the TRUNCATE's lock timeout, every try: the TRUNCATE
+    then ran out of tries (bench/findings.md, "Reading the numbers")."""
+    from django.db import connection
+
+    def quiet() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
+            return bool(cursor.fetchone()[0] == 0)
+
+    met, _ = wait_for(quiet, timeout, interval=0.1)
+    if not met:
+        DISTURBANCES.append(f"{time.strftime('%H:%M:%S')} the database not quiet after {timeout:.0f} s")
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.25) -> tuple[bool, Any]:
