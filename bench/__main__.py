@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(3)
                     for dead in stack.revive():
                         results.setdefault("revived", []).append(f"{dead} during {name}")
-            _save(results, json_path)
+            _save(results, json_path, previous)
         if sizes.profile_seconds > 0 and not args.no_profile:
             from . import profiling
 
@@ -261,8 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if results["errors"] else 0
 
 
-def _save(results: dict[str, Any], path: Path) -> None:
-    """Written after every scenario too, so a crash late in the run keeps what was measured."""
+def _save(results: dict[str, Any], path: Path, previous: dict[str, Any] | None = None) -> None:
+    """Written after every scenario too, so a crash late in the run keeps what was measured. With `--keep` (the
+    previous run's results, which this file held) the scenarios not measured yet are written from them, marked kept:
+    a crash then loses none of them from the file it overwrites."""
+    if previous is not None:
+        results = {**results, "scenarios": dict(results["scenarios"]), "kept": dict(results.get("kept", {}))}
+        _keep_previous(results, previous)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2, default=str))
 

@@ -274,6 +274,24 @@ def test_a_scenario_kept_twice_keeps_the_date_it_was_measured() -> None:
     assert results["kept"] == {"B1": "12:59", "B2": "14:08", "profiles": "12:59"}
 
 
+def test_a_run_saved_after_a_scenario_still_holds_what_it_keeps(tmp_path: Path) -> None:
+    # given: a --keep run that has measured B3 so far, over a results file holding B1 and B2
+    from bench.__main__ import _save
+
+    previous = {"machine": {"date": "14:08"}, "scenarios": {"B1": {"x": 1}, "B2": {"x": 2}}}
+    results: dict[str, Any] = {"scenarios": {"B3": {"x": 3}}, "errors": {}}
+    path = tmp_path / "results.json"
+
+    # when: it saves after the scenario (the file it read B1 and B2 from), then crashes
+    _save(results, path, previous)
+
+    # then: the file still has B1 and B2, said to be kept, and the run's own results are unchanged
+    saved = json.loads(path.read_text())
+    assert set(saved["scenarios"]) == {"B1", "B2", "B3"}
+    assert saved["kept"] == {"B1": "14:08", "B2": "14:08"}
+    assert results == {"scenarios": {"B3": {"x": 3}}, "errors": {}}
+
+
 def test_the_runs_per_figure_count_a_kept_scenarios_own_runs(results: dict[str, Any]) -> None:
     # given: B2 kept from a run of three pairs, in a run whose own size was two
     results["sizes"]["b2_runs"] = 2
