@@ -158,15 +158,20 @@ def check_opt_in(category: str, instance: Instance, opted_in: bool) -> str | Non
     return "opt_in_required"
 
 
+def may_route_to(category: str, project_id: int, owner_id: int | None) -> bool:
+    """Whether a message of this project and category may go through an instance of `owner_id` (None: Pilot Status'
+    shared ones): its project's own, and (not for MARKETING) the shared ones. The opt-in rule comes on top."""
+    return owner_id == project_id or (owner_id is None and category != Category.MARKETING)
+
+
 def fallback_instances(project: Project, category: str, opted_in: bool, exclude: list[int]) -> list[Instance]:
     """Open instances a queued message may be re-routed to, best first (issue 4 §4).
 
-    The same rules as the first choice: the project's own instances by priority, then (not for
-    MARKETING) Pilot Status' shared ones; without opt-in only an OTP on the official number.
+    The same rules as the first choice: the project's own instances by priority, then the shared ones where
+    `may_route_to` allows them; without opt-in only an OTP on the official number.
     """
-    own = Instance.objects.filter(project=project, connection_state=ConnectionState.OPEN).exclude(pk__in=exclude)
-    candidates = list(own.order_by("priority", "pk"))
-    if category != Category.MARKETING:
-        shared = Instance.objects.filter(project__isnull=True, connection_state=ConnectionState.OPEN)
-        candidates += list(shared.exclude(pk__in=exclude).order_by("priority", "pk"))
-    return [instance for instance in candidates if check_opt_in(category, instance, opted_in) is None]
+    open_ones = Instance.objects.filter(connection_state=ConnectionState.OPEN).exclude(pk__in=exclude)
+    own = list(open_ones.filter(project=project).order_by("priority", "pk"))
+    shared = list(open_ones.filter(project__isnull=True).order_by("priority", "pk"))
+    return [instance for instance in own + shared
+            if may_route_to(category, project.pk, instance.project_id) and check_opt_in(category, instance, opted_in) is None]

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from .. import exchanges, governor, lifecycle
-from ..choices import Category, ConnectionState, WaitingReason
+from .. import exchanges, governor, lifecycle, rules
+from ..choices import ConnectionState, WaitingReason
 from ..holds import hold_reason
 from ..models import EventKind, FailureReason, Instance, Message, SendProfile
 from . import policy, slots
@@ -114,9 +114,9 @@ def release(candidates: list[Any], room: int, lane: str, now: datetime) -> tuple
 
 
 class _OtherNumbers:
-    """Whether another open number might take a message from its own (the sticky sender's fallbacks, as
-    rules.fallback_instances finds them: the project's own, then for non-MARKETING the shared ones). Read once per
-    pass, and only when a cold contact is held by its number's cold-contact limit."""
+    """Whether another open number might take a message from its own (the sticky sender's fallbacks, by the rule
+    rules.fallback_instances applies: rules.may_route_to). Read once per pass, and only when a cold contact is held by
+    its number's cold-contact limit."""
 
     def __init__(self) -> None:
         self.open: list[tuple[int, int | None]] | None = None
@@ -127,9 +127,8 @@ class _OtherNumbers:
         if self.open is None:
             self.open = list(Instance.objects.filter(connection_state=ConnectionState.OPEN).values_list(
                 "id", "project_id"))
-        return any(other != number and (project == candidate.project_id
-                                         or project is None and candidate.category != Category.MARKETING)
-                   for other, project in self.open)
+        return any(other != number and rules.may_route_to(candidate.category, candidate.project_id, owner)
+                   for other, owner in self.open)
 
 
 def _hold(candidate: Any, verdict: policy.Verdict, instance: str, cold_to: str | None = None) -> Hold:

@@ -85,3 +85,15 @@ def test_an_explicitly_chosen_instance_is_not_rerouted(simulator, alice, alice_i
     message = send(alice, "MARKETING", instance="alice-main")
     assert worker.send_one(str(message.pk)) == "held"
     assert events(message, "REROUTED") == []
+
+
+def test_one_rule_says_which_owners_a_message_may_go_through():
+    # The re-route (rules.fallback_instances) and the relay's judgement of a held cold contact
+    # (sending.human_pace) both ask it: the project's own numbers, and Pilot Status' shared ones except for MARKETING.
+    from messaging.rules import may_route_to
+
+    assert [may_route_to(category, 7, owner) for category in ("OTP", "UTILITY", "MARKETING") for owner in (7, None, 8)] == [
+        True, True, False,
+        True, True, False,
+        True, False, False,
+    ]
