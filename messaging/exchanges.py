@@ -24,19 +24,13 @@ ON CONFLICT (instance_id, phone) DO UPDATE SET last_exchange_at = EXCLUDED.last_
 """
 
 
-# `sent` as a CTE, for a statement that writes more (slots.finish ends the number's turn with it), its parameters
-# `sent_params`'.
+# A number sent to a recipient, as a CTE for the statement that ends the number's turn (slots.finish), its parameters
+# `sent_params`'; an older exchange never overwrites a newer one.
 SENT_CTE = "exchanged AS (" + _EXCHANGED.format(match="id = %(instance)s") + ")"
 
 
 def sent_params(instance_id: int, phone: str, at: datetime) -> dict[str, Any]:
     return {"instance": instance_id, "phone": phone, "at": at, "direction": OUTBOUND}
-
-
-def sent(instance_id: int, phone: str, at: datetime) -> None:
-    """A number sent to a recipient; an older exchange never overwrites a newer one."""
-    with connection.cursor() as cursor:
-        cursor.execute(_EXCHANGED.format(match="id = %(instance)s"), sent_params(instance_id, phone, at))
 
 
 def received(instance_name: str, phone: str, at: datetime) -> None:
@@ -57,13 +51,6 @@ def cold_params(phone: str) -> dict[str, str]:
     the same number twice when it has none)."""
     variants = phone_variants(phone)
     return {"cold_phone": variants[0], "cold_variant": variants[-1]}
-
-
-def is_cold(instance_id: int, phone: str) -> bool:
-    """A recipient this number never exchanged a message with (Brazil's ninth digit either way)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {COLD.format(instance='%(instance)s')}", {"instance": instance_id, **cold_params(phone)})
-        return bool(cursor.fetchone()[0])
 
 
 def known_pairs(pairs: Iterable[tuple[int, str]]) -> set[tuple[int, str]]:

@@ -104,7 +104,7 @@ _BEGIN_ONLY = _BEGIN.format(columns=_BEGIN_COLUMNS, cold="NULL")
 @dataclass(frozen=True)
 class Begun:
     """The number's schedule as this send holds it, the number's health as it stands now, and whether the recipient
-    is a cold contact of the number (exchanges.is_cold; None when not asked)."""
+    is a cold contact of the number (exchanges.COLD; None when not asked)."""
 
     schedule: policy.Schedule
     health_state: str
@@ -147,7 +147,7 @@ _FINISH_SENT = f"WITH {exchanges.SENT_CTE}, finished AS ({_FINISH} RETURNING 1) 
 def finish(instance_id: int, message_id: uuid.UUID, after: policy.Schedule, sent_to: str | None = None,
            at: datetime | None = None) -> bool:
     """The send is over: counted, the next one due a jittered gap later, the number free, and with `sent_to`, the
-    number's exchange with that recipient at `at` (exchanges.sent). False when this message no longer held the number
+    number's exchange with that recipient at `at` (exchanges.SENT_CTE). False when this message no longer held the number
     (its lease ran out and another send took it): nothing written to its schedule."""
     values: dict[str, Any] = {name: getattr(after, name) for name in _COLUMNS}
     values["cold_sent_at"] = list(after.cold_sent_at)

@@ -64,3 +64,25 @@ def queue(actor: Any, category: str, count: int, to: str | None = None) -> list[
         accept_message(actor.project, None, Environment.LIVE, SendRequest(phone, category, f"hi {i}"))["id"]
         for i in range(count)
     ]
+
+
+def exchanged(instance_id: int, phone: str, at: Any) -> None:
+    """A number sent to a recipient, written as the end of a send's turn writes it (exchanges.SENT_CTE)."""
+    from django.db import connection
+
+    from messaging import exchanges
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {exchanges.SENT_CTE} SELECT 1", exchanges.sent_params(instance_id, phone, at))
+
+
+def is_cold(instance_id: int, phone: str) -> bool:
+    """Whether the number never exchanged a message with the recipient, as a send's turn asks it (exchanges.COLD)."""
+    from django.db import connection
+
+    from messaging import exchanges
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {exchanges.COLD.format(instance='%(instance)s')}",
+                       {"instance": instance_id, **exchanges.cold_params(phone)})
+        return bool(cursor.fetchone()[0])

@@ -13,6 +13,7 @@ from messaging import dispatch, governor
 from messaging.models import Contact, Instance, InstanceSignal, Message, OutboxEntry, SendSchedule
 from messaging.sending import instance_state, worker
 from tests.conftest import add_instance
+from tests.messaging import sending_helpers
 from tests.messaging.sending_helpers import events, open_on_simulator, queue, sends_ok
 
 pytestmark = pytest.mark.usefixtures("empty_lanes")
@@ -410,11 +411,11 @@ def test_a_numbers_turn_says_whether_the_recipient_is_a_cold_contact(alice, numb
 
     # when: the worker takes the number's turn, asking about the recipient; then: a cold contact, as is_cold says
     begun = slots.begin(number.pk, uuid.UUID(message_id), now, until, to="+5531999999999")
-    assert begun is not None and begun.cold is True and exchanges.is_cold(number.pk, "+5531999999999")
+    assert begun is not None and begun.cold is True and sending_helpers.is_cold(number.pk, "+5531999999999")
     # and once the recipient wrote to the number from the jid without the ninth digit, no longer cold
     knows(number, "+553199999999")
     begun = slots.begin(number.pk, uuid.UUID(message_id), now, until, to="+5531999999999")
-    assert begun is not None and begun.cold is False and not exchanges.is_cold(number.pk, "+5531999999999")
+    assert begun is not None and begun.cold is False and not sending_helpers.is_cold(number.pk, "+5531999999999")
     # and a turn taken without a recipient does not ask
     assert slots.begin(number.pk, uuid.UUID(message_id), now, until).cold is None
 

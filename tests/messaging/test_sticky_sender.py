@@ -14,6 +14,7 @@ from messaging.models import Contact, DeadLetter, Instance, Message, SendSchedul
 from messaging.sending import worker
 from tests.conftest import add_instance
 from tests.ingestion.test_inbound_opt_out import inbound
+from tests.messaging import sending_helpers
 from tests.messaging.sending_helpers import events, open_on_simulator, queue, sends_ok
 
 RECIPIENT = "+5511977776666"
@@ -34,7 +35,7 @@ def out_of_cold_contacts(instance) -> None:
 def test_the_number_that_last_talked_with_the_recipient_sends(simulator, alice, numbers):
     first, second = numbers
     open_on_simulator(simulator, first, second)
-    exchanges.sent(first.pk, RECIPIENT, timezone.now() - timedelta(days=3))
+    sending_helpers.exchanged(first.pk, RECIPIENT, timezone.now() - timedelta(days=3))
     exchanges.received(second.name, RECIPIENT, timezone.now() - timedelta(hours=1))
     [message_id] = queue(alice, "UTILITY", 1, to=RECIPIENT)
     assert Message.objects.get(pk=message_id).instance == first  # the funnel's choice: the best by priority
@@ -48,7 +49,7 @@ def test_the_number_that_last_talked_with_the_recipient_sends(simulator, alice, 
 def test_a_number_that_knows_the_recipient_keeps_them(simulator, alice, numbers):
     first, second = numbers
     open_on_simulator(simulator, first, second)
-    exchanges.sent(first.pk, RECIPIENT, timezone.now())
+    sending_helpers.exchanged(first.pk, RECIPIENT, timezone.now())
     [message_id] = queue(alice, "UTILITY", 1, to=RECIPIENT)
     assert worker.send_one(message_id) == "sent"
     assert Message.objects.get(pk=message_id).instance == first
@@ -103,17 +104,17 @@ def test_a_named_instance_is_never_moved(simulator, alice, numbers):
 
 def test_an_inbound_message_makes_the_sender_a_known_contact(alice, numbers):
     first, _ = numbers
-    assert exchanges.is_cold(first.pk, "+5511988887777")
+    assert sending_helpers.is_cold(first.pk, "+5511988887777")
     event, _ = inbox.record("WEBHOOK", inbound("Olá, tudo bem?", instance="alice-a"))
     handlers.apply(event)
-    assert not exchanges.is_cold(first.pk, "+5511988887777")
+    assert not sending_helpers.is_cold(first.pk, "+5511988887777")
     assert Contact.objects.get(instance=first).last_direction == "inbound"
 
 
 def test_a_resting_number_that_knows_the_recipient_is_passed_over(simulator, alice, numbers):
     first, second = numbers
     open_on_simulator(simulator, first, second)
-    exchanges.sent(first.pk, RECIPIENT, timezone.now() - timedelta(days=3))
+    sending_helpers.exchanged(first.pk, RECIPIENT, timezone.now() - timedelta(days=3))
     exchanges.received(second.name, RECIPIENT, timezone.now() - timedelta(hours=1))
     Instance.objects.filter(pk=second.pk).update(health_state="resting")
     [message_id] = queue(alice, "UTILITY", 1, to=RECIPIENT)
