@@ -67,6 +67,18 @@ def bob(alice: Actor) -> Any:
     return get_user_model().objects.get(username="bob")
 
 
+@pytest.fixture
+def ops(db: Any) -> Any:
+    # An operator signed in to the admin: a staff superuser, who sees every project.
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user = get_user_model().objects.create_superuser("ops", "ops@example.com", "ops-password-123")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 def add_instance(project: Project | None, name: str, *, official: bool = False, priority: int = 100,
                  token: str | None = None, profile: str = "official") -> Instance:
     # `official` send profile unless a test says otherwise: the tests written before the sending policy measure

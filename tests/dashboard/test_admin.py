@@ -13,15 +13,6 @@ from tests.messaging.test_resend import RECIPIENT, failed_message
 
 
 @pytest.fixture
-def ops(db) -> Client:
-    # An operator: staff superuser, sees every project.
-    user = get_user_model().objects.create_superuser("ops", "ops@example.com", "ops-password-123")
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
 def entry(alice, alice_instance) -> DeadLetter:
     opt_ins.record(alice.project, RECIPIENT, "checkout")
     return failed_message(alice)

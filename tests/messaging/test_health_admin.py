@@ -14,14 +14,6 @@ from tests.conftest import add_instance
 
 
 @pytest.fixture
-def ops(db) -> Client:
-    user = get_user_model().objects.create_superuser("ops", "ops@example.com", "ops-password-123")
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
 def number(alice):
     return add_instance(alice.project, "alice-phone", priority=10, profile="unofficial")
 
