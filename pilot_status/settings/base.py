@@ -96,7 +96,7 @@ _LOCK_TIMEOUT_MS = envint("DATABASE_LOCK_TIMEOUT_MS", 0, minimum=0)
 _SESSION_SETTINGS = ["-c jit=off"] + ([f"-c lock_timeout={_LOCK_TIMEOUT_MS}"] if _LOCK_TIMEOUT_MS else [])
 DATABASES["default"]["OPTIONS"]["options"] = " ".join(_SESSION_SETTINGS)
 # The name this process's sessions carry in pg_stat_activity (application_name), so that an operator sees which
-# process holds a session or its locks. deploy/systemd's units and the bench set it to the process's name; under
+# process holds a session or its locks. deploy/systemd's units, docker-compose.yml and the bench set it to the process's name; under
 # `make run` it defaults to honcho's (`web.1`, `webhook.1`, ...); empty: libpq's own (PGAPPNAME).
 DATABASE_APPLICATION_NAME = envstr("DATABASE_APPLICATION_NAME", os.environ.get("HONCHO_PROCESS_NAME", ""))
 if DATABASE_APPLICATION_NAME:

@@ -96,6 +96,13 @@ def test_every_service_gets_the_production_secrets_from_the_environment():
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == values["POSTGRES_PASSWORD"]
 
 
+def test_every_application_service_names_its_database_sessions_after_itself():
+    services = compose(production_values())["services"]
+    named = {name: service["environment"].get("DATABASE_APPLICATION_NAME") for name, service in services.items()
+             if service.get("image") == "pilot-status:local"}
+    assert named and all(value == name for name, value in named.items()), named
+
+
 def test_no_demo_runs_unless_the_demo_profile_is_asked_for():
     services = compose(production_values())["services"]
     demo = {name for name, service in services.items() if "demo" in service.get("profiles", [])}
