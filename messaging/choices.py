@@ -78,6 +78,16 @@ class HealthState(models.TextChoices):
     RESTRICTED = "restricted", "restricted"
 
 
+class SignalKind(models.TextChoices):
+    """What the health governor counts for a number (messaging.governor)."""
+
+    COLD_SEND = "cold_send", "a send to a cold contact"
+    COLD_ERROR = "cold_error", "an ERROR receipt (463) on a message to a cold contact"
+    DISCONNECT = "disconnect", "the connection left open, or a send met Connection Closed"
+    LOGOUT = "logout", "the connection closed logged out (401)"
+    OPT_OUT = "opt_out", "an opt-out reply to the number"
+
+
 class WaitingReason(models.TextChoices):
     """Why the sending policy holds a message (a WAITING line's `why`, the API's `waitingReason`)."""
 

@@ -4,7 +4,7 @@ A message's status changes only through messaging.lifecycle: compare-and-set UPD
 forward (docs/architecture.md, principle 3), each with its MessageEvent, so that the timeline is the audit trail.
 
 The models live in tenants (projects, keys, instances, opt-ins, contacts), message (a message and its
-records, the sending schedule) and health (a number's signals and health changes). The rest of the code
+records, the sending schedule) and instance_health (a number's signals and health changes). The rest of the code
 imports them, and the vocabularies, from here (`X as X`: an explicit re-export).
 """
 
@@ -21,6 +21,7 @@ from ..choices import (
     HealthState as HealthState,
     Priority as Priority,
     SendProfile as SendProfile,
+    SignalKind as SignalKind,
     Status as Status,
     Typing as Typing,
 )
@@ -31,7 +32,6 @@ from ..tokens import new_token_salt as new_token_salt
 from .instance_health import (
     InstanceHealthEvent as InstanceHealthEvent,
     InstanceSignal as InstanceSignal,
-    SignalKind as SignalKind,
 )
 from .message import (
     DeadLetter as DeadLetter,

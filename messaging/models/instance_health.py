@@ -7,18 +7,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from ..choices import HealthState
+from ..choices import HealthState, SignalKind
 from .tenants import Instance
-
-
-class SignalKind(models.TextChoices):
-    """What the health governor counts for a number (messaging.governor)."""
-
-    COLD_SEND = "cold_send", "a send to a cold contact"
-    COLD_ERROR = "cold_error", "an ERROR receipt (463) on a message to a cold contact"
-    DISCONNECT = "disconnect", "the connection left open, or a send met Connection Closed"
-    LOGOUT = "logout", "the connection closed logged out (401)"
-    OPT_OUT = "opt_out", "an opt-out reply to the number"
 
 
 class InstanceSignal(models.Model):
