@@ -48,7 +48,7 @@ FAST = {
 def test_beat_and_the_maintenance_workers_run_every_scheduled_job(
     stack: Any, simulator: Any, alice: Any, alice_instance: Any
 ) -> None:
-    from messaging.models import Message
+    from messaging.models import Message, OutboxEntry
     from tests.messaging.sending_helpers import open_on_simulator, queue
 
     # Something for the reconciler to find: a send whose worker died (lease long expired).
@@ -56,13 +56,21 @@ def test_beat_and_the_maintenance_workers_run_every_scheduled_job(
     Message.objects.filter(pk=message_id).update(
         status="SENDING", lease_expires_at=timezone.now() - timedelta(minutes=1), next_attempt_at=timezone.now() + timedelta(hours=1)
     )
-    # And a slow Evolution for status sync: 20 stale messages, 1.5 s per lookup, a 3 s budget per pass.
+    # And a slow Evolution for status sync: 20 stale messages, 1.5 s per lookup, a 3 s budget per pass. The running
+    # stack must not send them first (the simulator's receipts would move them on to READ, leaving the sync nothing):
+    # its relay is stopped while they are written, and they leave the outbox.
     open_on_simulator(simulator, alice_instance, latency_ms=1500)
-    stale = queue(alice, "UTILITY", 20)
-    for n, pk in enumerate(stale):  # each its own WhatsApp id: one id belongs to one message (msg_evolution_id_once)
-        Message.objects.filter(pk=pk).update(
-            status="SENT", evolution_message_id=f"3EB0SLOWLOOKUP{n:02d}", sent_at=timezone.now() - timedelta(hours=1)
-        )
+    relay = stack.processes["relay"]
+    relay.stop()
+    try:
+        stale = queue(alice, "UTILITY", 20)
+        OutboxEntry.objects.filter(message_id__in=stale).delete()
+        for n, pk in enumerate(stale):  # each its own WhatsApp id: one id belongs to one message (msg_evolution_id_once)
+            Message.objects.filter(pk=pk).update(
+                status="SENT", evolution_message_id=f"3EB0SLOWLOOKUP{n:02d}", sent_at=timezone.now() - timedelta(hours=1)
+            )
+    finally:
+        relay.start()
     # Heartbeats live in Redis: an earlier test's passes may still be there. Only this test's count.
     started_at = time.time()
     stack.start_maintenance({**FAST, "STATUS_SYNC_PASS_SECONDS": "3"})
