@@ -171,7 +171,7 @@ def fallback_instances(project: Project, category: str, opted_in: bool, exclude:
     `may_route_to` allows them; without opt-in only an OTP on the official number.
     """
     open_ones = Instance.objects.filter(connection_state=ConnectionState.OPEN).exclude(pk__in=exclude)
-    own = list(open_ones.filter(project=project).order_by("priority", "pk"))
-    shared = list(open_ones.filter(project__isnull=True).order_by("priority", "pk"))
-    return [instance for instance in own + shared
-            if may_route_to(category, project.pk, instance.project_id) and check_opt_in(category, instance, opted_in) is None]
+    candidates = list(open_ones.filter(project=project).order_by("priority", "pk"))
+    if may_route_to(category, project.pk, None):  # the shared ones are read only where they may be used
+        candidates += list(open_ones.filter(project__isnull=True).order_by("priority", "pk"))
+    return [instance for instance in candidates if check_opt_in(category, instance, opted_in) is None]
