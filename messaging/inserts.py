@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection
-from django.db.models import Model, sql
+from django.db.models import Field, Model, Value, sql
 from django.db.models.constants import OnConflict
-from django.db.models.fields import AutoFieldMixin
+from django.db.models.fields import NOT_PROVIDED, AutoFieldMixin
 from django.db.models.signals import post_save
 from django.utils import timezone
 
@@ -61,12 +61,13 @@ def _insert(obj: Model, source: str | None, **on_conflict: Any) -> tuple[str, li
     get_db_prep_save(), placeholders), and its parameters. With a source (a CTE's name) the row is
     selected FROM it instead of VALUES: when the source has no row, nothing is inserted.
 
-    Empty nullable columns are left out (their default is NULL): a message has ten empty timestamps,
-    and the whole statement stays under psycopg's limit for caching its parsed form (50 parameters).
+    A column the database fills with the same value by itself is left out: NULL in a nullable column
+    (a message has ten empty timestamps), a column's own default (its status, its empty ids). So the
+    whole statement stays under psycopg's limit for caching its parsed form (50 parameters).
     """
     meta = obj._meta
     fields = [f for f in meta.concrete_fields
-              if not isinstance(f, AutoFieldMixin) and not (f.null and getattr(obj, f.attname) is None)]
+              if not isinstance(f, AutoFieldMixin) and not _database_fills(f, getattr(obj, f.attname))]
     query = sql.InsertQuery(type(obj), **on_conflict)
     query.insert_values(fields, [obj])
     [(statement, params)] = query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
@@ -75,6 +76,16 @@ def _insert(obj: Model, source: str | None, **on_conflict: Any) -> tuple[str, li
         if not replaced:
             raise AssertionError(f"not a one-row INSERT … VALUES: {statement}")
     return statement, list(params)
+
+
+def _database_fills(field: Field[Any, Any], value: Any) -> bool:
+    """Whether an INSERT that leaves out this column stores value in it."""
+    if value is None:
+        return field.null
+    default = field.db_default  # NOT_PROVIDED, a plain value, or an expression (Value, Now(), …)
+    if isinstance(default, Value):
+        default = default.value
+    return default is not NOT_PROVIDED and not hasattr(default, "resolve_expression") and value == default
 
 
 def insert_rows(

@@ -1,5 +1,10 @@
 """A message and what hangs off it: its timeline (MessageEvent), its outbox entries, its dead letter; the
-answers replayed for an Idempotency-Key; and each number's sending schedule (SendSchedule)."""
+answers replayed for an Idempotency-Key; and each number's sending schedule (SendSchedule).
+
+A column whose value at accept is nearly always the same has it as its database default too (`db_default`): an
+accept's one statement leaves such a column out (messaging.inserts), which keeps that statement within psycopg's
+cache of parsed statements.
+"""
 
 from __future__ import annotations
 
@@ -34,22 +39,24 @@ class Message(models.Model):
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL)
     environment = models.CharField(max_length=4, choices=Environment.choices)
     category = models.CharField(max_length=10, choices=Category.choices)
-    priority = models.CharField(max_length=6, choices=Priority.choices, default=Priority.NORMAL)
-    typing = models.CharField(max_length=4, choices=Typing.choices, default=Typing.AUTO)
+    priority = models.CharField(max_length=6, choices=Priority.choices, default=Priority.NORMAL, db_default=Priority.NORMAL)
+    typing = models.CharField(max_length=4, choices=Typing.choices, default=Typing.AUTO, db_default=Typing.AUTO)
     to = models.CharField(max_length=20)
     template = models.TextField()
     variables = models.JSONField(default=dict, blank=True)
     text = models.TextField(help_text="The template with its variables applied")
     metadata = models.JSONField(default=dict, blank=True)
     # The send's `callbackUrl`: this message's message.status callbacks also go there (callbacks app).
-    callback_url = models.CharField(max_length=2048, blank=True, default="")
+    callback_url = models.CharField(max_length=2048, blank=True, default="", db_default="")
     instance = models.ForeignKey(Instance, on_delete=models.PROTECT, related_name="messages")
-    requested_instance = models.CharField(max_length=100, blank=True, default="")
+    requested_instance = models.CharField(max_length=100, blank=True, default="", db_default="")
 
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    failure_reason = models.CharField(max_length=20, choices=FailureReason.choices, blank=True, default="")
-    failure_detail = models.TextField(blank=True, default="")
-    attempts = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED, db_default=Status.QUEUED)
+    failure_reason = models.CharField(
+        max_length=20, choices=FailureReason.choices, blank=True, default="", db_default=""
+    )
+    failure_detail = models.TextField(blank=True, default="", db_default="")
+    attempts = models.PositiveIntegerField(default=0, db_default=0)
     max_attempts = models.PositiveIntegerField(default=10)
     deliver_until = models.DateTimeField()
     # The due time of the next release lives here, not in Celery (docs/architecture.md, principle 2).
@@ -68,12 +75,12 @@ class Message(models.Model):
     # only on evidence that it was not, or FAILED OUTCOME_UNKNOWN.
     outcome_unknown_since = models.DateTimeField(null=True, blank=True)
     # The WhatsApp id Evolution gave the send (its answer's key.id, or the record a check found).
-    evolution_message_id = models.CharField(max_length=64, blank=True, default="")
+    evolution_message_id = models.CharField(max_length=64, blank=True, default="", db_default="")
     # The WhatsApp id this message's sends carry (Evolution's `messageId`), chosen at its first claim
     # (sending.own_id): every retry of the attempt chain keeps it, a resend draws a new one. A lost answer
     # is looked up by it, and a receipt that overtakes the answer is matched on it at once.
-    own_message_id = models.CharField(max_length=64, blank=True, default="")
-    remote_jid = models.CharField(max_length=80, blank=True, default="")
+    own_message_id = models.CharField(max_length=64, blank=True, default="", db_default="")
+    remote_jid = models.CharField(max_length=80, blank=True, default="", db_default="")
     last_gateway_response = models.JSONField(null=True, blank=True)
     # What holds the message back (why and where) since its last WAITING line: a hold for the same
     # reason writes no new line, and the relay writes no DISPATCHED line for a held message (issue
@@ -177,7 +184,7 @@ class MessageEvent(models.Model):
     # writes six or more events, so each index here is paid six times per message (bench B2).
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="events", db_index=False)
     kind = models.CharField(max_length=16, choices=EventKind.choices)
-    actor = models.CharField(max_length=150, blank=True, default="")
+    actor = models.CharField(max_length=150, blank=True, default="", db_default="")
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -201,7 +208,7 @@ class OutboxEntry(models.Model):
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="outbox_entries")
     project_id_copy = models.BigIntegerField(help_text="Denormalised for fair release per project")
     lane = models.CharField(max_length=10)
-    priority = models.SmallIntegerField(default=0, help_text="Higher is released first")
+    priority = models.SmallIntegerField(default=0, db_default=0, help_text="Higher is released first")
     available_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -17,8 +17,11 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from messaging import inserts
-from messaging.models import EventKind, IdempotencyRecord, Message, MessageEvent, OutboxEntry, Priority, Status
+from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH, MAX_CACHED_STATEMENT_PARAMS
+
+from messaging import inserts, opt_ins, prepared
+from messaging.accept import SendRequest, accept_message
+from messaging.models import ApiKey, EventKind, IdempotencyRecord, Message, MessageEvent, OutboxEntry, Priority, Status
 
 NOW = timezone.now()
 TABLES = (Message, MessageEvent, OutboxEntry, IdempotencyRecord)
@@ -104,6 +107,10 @@ def test_every_row_of_an_accept_is_stored_as_save_stores_it(alice, alice_instanc
         {"lease_token": uuid.uuid4()},
         {"deliver_until": NOW.astimezone(timezone.get_fixed_timezone(-180))},
         {"sent_at": NOW, "last_gateway_response": {"status": 201}},
+        # Columns with a database default, each away from it: written, not left to the database.
+        {"status": Status.SENT, "attempts": 3, "failure_reason": "EXPIRED", "failure_detail": "x", "typing": "off",
+         "callback_url": "https://example.com/cb", "evolution_message_id": "E1", "own_message_id": "O1",
+         "remote_jid": "5511@s.whatsapp.net"},
     ],
 )
 def test_other_values_are_stored_as_save_stores_them(alice, alice_instance, changes):
@@ -117,3 +124,33 @@ def test_a_naive_datetime_is_made_aware_as_save_makes_it(alice, alice_instance):
         one_statement, orm = both_ways(alice, alice_instance, deliver_until=naive)
     assert one_statement == orm
     assert one_statement[0]["Message"][0]["deliver_until"] == timezone.make_aware(naive)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"instance": "alice-main", "priority": Priority.URGENT, "typing": "off", "callback_url": "https://example.com/" + "c" * 200,
+          "metadata": {"order": "A-1"}, "variables": {"n": "1"}, "template": "Hi {{n}}"}],
+    ids=["plain", "every-field"],
+)
+def test_an_accept_statement_stays_in_psycopgs_statement_cache(alice, alice_instance, extra):
+    """psycopg parses a statement's placeholders again on every execute unless it is at most 4096 bytes with at
+    most 50 parameters: an accept's one statement (the claim of its Idempotency-Key, the remembered choice's
+    guard and its four rows) stays within both."""
+    key = ApiKey.objects.get(project=alice.project, environment="LIVE")
+    opt_ins.record(alice.project, "+5511988887777", "form")
+    statements: list[tuple[str, list[Any]]] = []
+    execute = prepared._PreparedCursor.execute
+
+    def noted(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        statements.append((query, params))
+        return execute(self, query, params, **kwargs)
+
+    with mock.patch.object(prepared._PreparedCursor, "execute", noted):
+        for i in range(3):  # the first reads the funnel's facts; the next write on the remembered ones, guarded
+            req = SendRequest(**{"to": "+5511988887777", "category": "UTILITY", "template": "hi", **extra})
+            accept_message(alice.project, key, "LIVE", req, idempotency_key=f"k-{i}", request_hash="h")
+    accepts = [(query, params) for query, params in statements if "INSERT INTO" in query]
+    assert len(accepts) == 3 and any("guard AS" in query for query, _ in accepts)
+    for query, params in accepts:
+        assert len(params) <= MAX_CACHED_STATEMENT_PARAMS, query
+        assert len(query.encode()) <= MAX_CACHED_STATEMENT_LENGTH, len(query.encode())
