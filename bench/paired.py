@@ -33,15 +33,35 @@ THRESHOLD = 0.05  # issue 25: a device costing more than 5 % of a figure earns i
 class Device:
     key: str
     name: str
-    setting: str
+    setting: str  # a Django setting, switched off by override_settings(setting=off)
     off: Any
+
+    def switched_off(self) -> Any:
+        from django.test import override_settings
+
+        return override_settings(**{self.setting: self.off})
+
+
+@dataclass(frozen=True)
+class LibraryLimit(Device):
+    """A module constant of a library, set to `off` for the off slices (`setting` is module.NAME)."""
+
+    def switched_off(self) -> Any:
+        import importlib
+        from unittest import mock
+
+        module, _, name = self.setting.rpartition(".")
+        return mock.patch.object(importlib.import_module(module), name, self.off)
 
 
 # The accept-path devices behind a switch, measured on and off. The remembered routing and the second validator,
 # measured here before, are the product's only paths now (bench/findings.md, "One path per job"). The metrics
-# carry's other half is the Redis server's work, so Redis's CPU is counted beside Postgres's.
+# carry's other half is the Redis server's work, so Redis's CPU is counted beside Postgres's. psycopg keeps a
+# statement's parsed form only up to 50 parameters; the accept's statement leaves the columns the database fills
+# by itself out to stay within it (messaging.inserts): off, every statement is parsed again, as one over 50 was.
 DEVICES: tuple[Device, ...] = (
     Device("metrics-carry", "metrics carry", "METRICS_FLUSH_SECONDS", 0),
+    LibraryLimit("parse-cache", "psycopg's cache of parsed statements", "psycopg._queries.MAX_CACHED_STATEMENT_PARAMS", -1),
 )
 
 
@@ -70,8 +90,6 @@ def block(post: Callable[[], int], count: int, backend_pid: int, redis_pid: int)
 
 def measure(device: Device, post: Callable[[], int], backend_pid: int, redis_pid: int, rounds: int, count: int,
             log: Callable[[str], None], slice_size: int = SLICE) -> dict[str, Any]:
-    from django.test import override_settings
-
     on_ms, off_ms, ratios = [], [], []
     for r in range(rounds):
         # The round's accepts in slices of `slice_size`, on and off alternating (each pair in the other order
@@ -79,7 +97,7 @@ def measure(device: Device, post: Callable[[], int], backend_pid: int, redis_pid
         totals = {True: [0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0]}
         for i in range(max(1, count // slice_size)):
             for on in ([True, False] if (r + i) % 2 == 0 else [False, True]):
-                with nullcontext() if on else override_settings(**{device.setting: device.off}):
+                with nullcontext() if on else device.switched_off():
                     python_ms, postgres_ms, redis_ms = block(post, slice_size, backend_pid, redis_pid)
                 totals[on][0] += python_ms
                 totals[on][1] += postgres_ms

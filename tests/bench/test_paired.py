@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from bench.paired import DEVICES, render, verdict
+from bench.paired import DEVICES, LibraryLimit, render, verdict
 
 
 def test_a_device_earns_its_place_when_its_median_cost_passes_5_percent_and_no_round_reads_it_cheaper_off() -> None:
@@ -26,11 +26,28 @@ def test_the_table_gives_each_device_its_cpu_on_and_off_and_its_ratios() -> None
                    "| +20.0 % (+10.0 to +30.0) of B1's CPU per accept | **earns its place** |")
 
 
-def test_the_devices_measured_in_pairs_are_switches_the_product_reads() -> None:
+def test_the_devices_measured_in_pairs_are_switches_the_product_reads_or_limits_of_its_libraries() -> None:
+    import importlib
+
     from django.conf import settings
 
     from bench.ablation_table import GONE_WITH_DEVICE, REMOVED
 
-    assert [d.setting for d in DEVICES] == ["METRICS_FLUSH_SECONDS"]
+    assert [d.setting for d in DEVICES] == ["METRICS_FLUSH_SECONDS", "psycopg._queries.MAX_CACHED_STATEMENT_PARAMS"]
     for device in DEVICES:
-        assert hasattr(settings, device.setting) and device.setting not in REMOVED and device.setting not in GONE_WITH_DEVICE
+        if isinstance(device, LibraryLimit):
+            module, _, name = device.setting.rpartition(".")
+            assert hasattr(importlib.import_module(module), name)
+        else:
+            assert hasattr(settings, device.setting)
+            assert device.setting not in REMOVED and device.setting not in GONE_WITH_DEVICE
+
+
+def test_a_library_limit_is_off_inside_its_switch_only() -> None:
+    from psycopg import _queries
+
+    [limit] = [d for d in DEVICES if isinstance(d, LibraryLimit)]
+    before = _queries.MAX_CACHED_STATEMENT_PARAMS
+    with limit.switched_off():
+        assert _queries.MAX_CACHED_STATEMENT_PARAMS == -1
+    assert _queries.MAX_CACHED_STATEMENT_PARAMS == before
