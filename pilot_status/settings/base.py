@@ -119,6 +119,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis: the cache, the rate limiters' buckets, the circuits, heartbeats and counters; never the truth.
 REDIS_URL = envurl("REDIS_URL", ("redis", "rediss", "unix"))
+# A process's threads share at most this many Redis connections; a thread waits up to REDIS_POOL_WAIT_SECONDS
+# for a free one, then takes Redis for unavailable, as after a timeout. Without the wait, a burst of a lane
+# worker's threads found every connection busy and fell back to per-process pacing while Redis was up.
+REDIS_MAX_CONNECTIONS = envint("REDIS_MAX_CONNECTIONS", 32, minimum=1)
+REDIS_POOL_WAIT_SECONDS = envfloat("REDIS_POOL_WAIT_SECONDS", 0.5, above=0, at_most=30)
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
@@ -129,6 +134,8 @@ CACHES = {
             "SOCKET_CONNECT_TIMEOUT": 0.5,
             "SOCKET_TIMEOUT": 0.5,
             "IGNORE_EXCEPTIONS": False,
+            "CONNECTION_POOL_CLASS": "redis.BlockingConnectionPool",
+            "CONNECTION_POOL_KWARGS": {"max_connections": REDIS_MAX_CONNECTIONS, "timeout": REDIS_POOL_WAIT_SECONDS},
         },
     }
 }
