@@ -18,7 +18,8 @@ def test_the_docs_page_names_no_external_host(db: Any, client: Any) -> None:
     html = response.content.decode()
     external = re.findall(r"""(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}[^"'\s]*""", html)
     assert external == [], f"the docs page names another host: {external}"
-    assert "cdn" not in html.lower()
+    # The page carries a random CSRF token, which may spell "cdn" by chance (it did, once in a few hundred runs).
+    assert "cdn" not in re.sub(r"[A-Za-z0-9]{32,}", "", html).lower()
     assert "@latest" not in html
 
 
