@@ -103,9 +103,9 @@ def check_postgres() -> None:
 
 
 def check_redis() -> None:
-    from django_redis import get_redis_connection
+    from .metrics import redis
 
-    get_redis_connection("default").ping()  # settings: 0.5 s connect and socket timeouts
+    redis().ping()  # settings: 0.5 s connect and socket timeouts
 
 
 def check_broker() -> None:

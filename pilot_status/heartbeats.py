@@ -34,9 +34,9 @@ DEFAULT_STALE_SECONDS = 30.0
 
 
 def _redis() -> Any:
-    from django_redis import get_redis_connection
+    from .metrics import redis
 
-    return get_redis_connection("default")
+    return redis()
 
 
 def record(task: str, started: float | None, state: str, worker: str = "") -> None:

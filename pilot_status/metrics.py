@@ -26,7 +26,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import transaction
+from django.dispatch import receiver
 from django_redis import get_redis_connection
 
 log = logging.getLogger(__name__)
@@ -36,8 +38,30 @@ EVOLUTION = PREFIX + "evolution:"
 MESSAGES = PREFIX + "messages:"
 
 
+_client: Any = None
+_client_lock = threading.Lock()
+
+
 def redis() -> Any:
-    return get_redis_connection("default")
+    """The process's Redis client, one for all its threads: a redis-py client is safe to share and its pool is
+    the process's already. Django's caches, and django-redis's clients with them, are per thread: a lane
+    worker's 384 threads each built their own (about 27 KB a thread)."""
+    global _client
+    client = _client
+    if client is None:
+        with _client_lock:
+            if _client is None:
+                _client = get_redis_connection("default")
+            client = _client
+    return client
+
+
+@receiver(setting_changed)
+def _forget_client(setting: str, **kwargs: Any) -> None:
+    # A test that points CACHES elsewhere gets a client for it.
+    global _client
+    if setting == "CACHES":
+        _client = None
 
 
 # Counts made while this thread holds a batch (ingestion's event lock) wait in it and go to Redis

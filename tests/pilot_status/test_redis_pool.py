@@ -44,3 +44,21 @@ def test_a_burst_of_threads_beyond_the_pool_all_get_their_answers() -> None:
 def test_the_pool_is_bounded() -> None:
     pool = redis().connection_pool
     assert pool.max_connections == settings.REDIS_MAX_CONNECTIONS < 100
+
+
+def test_the_threads_of_a_process_share_one_client() -> None:
+    # Django's caches are per thread; a client per thread cost a lane worker about 20 KB a thread.
+    clients: list[Any] = []
+    threads = [threading.Thread(target=lambda: clients.append(redis())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(client is redis() for client in clients)
+
+
+def test_a_test_that_moves_the_cache_gets_a_client_for_it(settings: Any) -> None:
+    before = redis()
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}}
+    assert redis() is not before
+    assert redis().connection_pool.connection_kwargs["port"] == 1
