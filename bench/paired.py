@@ -54,14 +54,27 @@ class LibraryLimit(Device):
         return mock.patch.object(importlib.import_module(module), name, self.off)
 
 
+class Forgetful(dict[Any, Any]):
+    """A cache that keeps nothing: every lookup misses, as before the cache existed."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def __int__(self) -> int:  # the off side's name in the table: `module.cache=0`
+        return 0
+
+
 # The accept-path devices behind a switch, measured on and off. The remembered routing and the second validator,
 # measured here before, are the product's only paths now (bench/findings.md, "One path per job"). The metrics
 # carry's other half is the Redis server's work, so Redis's CPU is counted beside Postgres's. psycopg keeps a
 # statement's parsed form only up to 50 parameters; the accept's statement leaves the columns the database fills
 # by itself out to stay within it (messaging.inserts): off, every statement is parsed again, as one over 50 was.
+# A row's INSERT text is kept per shape (messaging.inserts): off, the cache forgets and Django's compiler writes
+# every row's INSERT again, as it did before.
 DEVICES: tuple[Device, ...] = (
     Device("metrics-carry", "metrics carry", "METRICS_FLUSH_SECONDS", 0),
     LibraryLimit("parse-cache", "psycopg's cache of parsed statements", "psycopg._queries.MAX_CACHED_STATEMENT_PARAMS", -1),
+    LibraryLimit("insert-text", "the accept's insert text once per shape", "messaging.inserts._statements", Forgetful()),
 )
 
 

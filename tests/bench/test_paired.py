@@ -33,7 +33,8 @@ def test_the_devices_measured_in_pairs_are_switches_the_product_reads_or_limits_
 
     from bench.ablation_table import GONE_WITH_DEVICE, REMOVED
 
-    assert [d.setting for d in DEVICES] == ["METRICS_FLUSH_SECONDS", "psycopg._queries.MAX_CACHED_STATEMENT_PARAMS"]
+    assert [d.setting for d in DEVICES] == ["METRICS_FLUSH_SECONDS", "psycopg._queries.MAX_CACHED_STATEMENT_PARAMS",
+                                            "messaging.inserts._statements"]
     for device in DEVICES:
         if isinstance(device, LibraryLimit):
             module, _, name = device.setting.rpartition(".")
@@ -46,8 +47,19 @@ def test_the_devices_measured_in_pairs_are_switches_the_product_reads_or_limits_
 def test_a_library_limit_is_off_inside_its_switch_only() -> None:
     from psycopg import _queries
 
-    [limit] = [d for d in DEVICES if isinstance(d, LibraryLimit)]
+    [limit] = [d for d in DEVICES if d.key == "parse-cache"]
     before = _queries.MAX_CACHED_STATEMENT_PARAMS
     with limit.switched_off():
         assert _queries.MAX_CACHED_STATEMENT_PARAMS == -1
     assert _queries.MAX_CACHED_STATEMENT_PARAMS == before
+
+
+def test_the_insert_text_cache_forgets_inside_its_switch_only() -> None:
+    from messaging import inserts
+
+    [cache] = [d for d in DEVICES if d.key == "insert-text"]
+    kept = inserts._statements
+    with cache.switched_off():
+        inserts._statements["shape"] = "INSERT …"
+        assert inserts._statements.get("shape") is None
+    assert inserts._statements is kept

@@ -99,20 +99,20 @@ def test_every_row_of_an_accept_is_stored_as_save_stores_it(alice, alice_instanc
     assert one_statement[0]["Message"][0]["metadata"] == {"k": [1, None], "é": "ü"}
 
 
-@pytest.mark.parametrize(
-    "changes",
-    [
-        {"status": Status.QUEUED, "category": "OTP", "priority": "urgent"},
-        {"requested_instance": "alice-main", "api_key_id": None, "failure_detail": ""},
-        {"lease_token": uuid.uuid4()},
-        {"deliver_until": NOW.astimezone(timezone.get_fixed_timezone(-180))},
-        {"sent_at": NOW, "last_gateway_response": {"status": 201}},
-        # Columns with a database default, each away from it: written, not left to the database.
-        {"status": Status.SENT, "attempts": 3, "failure_reason": "EXPIRED", "failure_detail": "x", "typing": "off",
-         "callback_url": "https://example.com/cb", "evolution_message_id": "E1", "own_message_id": "O1",
-         "remote_jid": "5511@s.whatsapp.net"},
-    ],
-)
+OTHER_VALUES = [
+    {"status": Status.QUEUED, "category": "OTP", "priority": "urgent"},
+    {"requested_instance": "alice-main", "api_key_id": None, "failure_detail": ""},
+    {"lease_token": uuid.uuid4()},
+    {"deliver_until": NOW.astimezone(timezone.get_fixed_timezone(-180))},
+    {"sent_at": NOW, "last_gateway_response": {"status": 201}},
+    # Columns with a database default, each away from it: written, not left to the database.
+    {"status": Status.SENT, "attempts": 3, "failure_reason": "EXPIRED", "failure_detail": "x", "typing": "off",
+     "callback_url": "https://example.com/cb", "evolution_message_id": "E1", "own_message_id": "O1",
+     "remote_jid": "5511@s.whatsapp.net"},
+]
+
+
+@pytest.mark.parametrize("changes", OTHER_VALUES)
 def test_other_values_are_stored_as_save_stores_them(alice, alice_instance, changes):
     one_statement, orm = both_ways(alice, alice_instance, **changes)
     assert one_statement == orm
@@ -154,3 +154,33 @@ def test_an_accept_statement_stays_in_psycopgs_statement_cache(alice, alice_inst
     for query, params in accepts:
         assert len(params) <= MAX_CACHED_STATEMENT_PARAMS, query
         assert len(query.encode()) <= MAX_CACHED_STATEMENT_LENGTH, len(query.encode())
+
+
+@pytest.mark.parametrize("changes", [{}, *OTHER_VALUES])
+def test_an_insert_text_written_once_per_shape_gives_what_the_compiler_gives(alice, alice_instance, changes):
+    """A row's INSERT text is Django's compiler's, kept per shape; a later row of the same shape only has its values
+    prepared. Both must be exactly what the compiler writes for that row."""
+    with mock.patch("django.utils.timezone.now", return_value=NOW):
+        *written, claim = rows(alice, alice_instance, uuid.uuid4(), **changes)
+        for obj, source, conflict in [(claim, "guard", inserts._CLAIM_CONFLICT), *((o, "claim", {}) for o in written)]:
+            inserts._statements.clear()
+            compiled = comparable(inserts._insert(obj, source, **conflict))
+            assert len(inserts._statements) == 1
+            assert comparable(inserts._insert(obj, source, **conflict)) == compiled
+
+
+def comparable(insert: tuple[str, list[Any]]) -> tuple[str, list[tuple[str, Any]]]:
+    # A psycopg wrapper (Jsonb) compares by identity: compare its type and what it wraps.
+    statement, params = insert
+    return statement, [(type(p).__name__, getattr(p, "obj", p)) for p in params]
+
+
+def test_a_row_with_an_expression_is_compiled_every_time(alice, alice_instance):
+    """An expression writes SQL of its own (Now() is not a placeholder): such a row is never kept as a shape."""
+    from django.db.models.functions import Now
+
+    *written, claim = rows(alice, alice_instance, uuid.uuid4(), created_at=Now())
+    inserts._statements.clear()
+    for _ in range(2):
+        statement, _ = inserts._insert(written[0], None)
+        assert "STATEMENT_TIMESTAMP()" in statement and not inserts._statements
