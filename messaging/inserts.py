@@ -87,9 +87,9 @@ def _insert(obj: Model, source: str | None, **on_conflict: Any) -> tuple[str, li
 
 # A row's INSERT text depends only on its model, its columns and where its values come from, as long as
 # every value is a plain one (an expression, or a field with a placeholder of its own, writes SQL of its own):
-# Django's compiler writes it once per shape and each row after only prepares its values (a third of the
-# accept's own CPU, bench/findings.md "The accept's insert text, once per shape"). The shapes are the few
-# combinations of optional columns an accept has; the bound keeps an odd one from growing the cache.
+# Django's compiler writes it once per shape and each row after only prepares its values (bench/findings.md,
+# "The accept's insert text, once per shape"). The shapes are the few combinations of optional columns an
+# accept has; the bound keeps an odd one from growing the cache.
 _statements: dict[tuple[Any, ...], str] = {}
 _MAX_STATEMENTS = 256
 
