@@ -12,7 +12,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model, Value, sql
 from django.db.models.constants import OnConflict
 from django.db.models.fields import NOT_PROVIDED, AutoFieldMixin
@@ -71,8 +71,10 @@ def _insert(obj: Model, source: str | None, **on_conflict: Any) -> tuple[str, li
     shape = (type(obj), tuple(f.attname for f in fields), source, _conflict_shape(on_conflict))
     statement = _statements.get(shape)
     if statement is not None and _plain_values(obj, fields):
-        # What the compiler does for each value of a row of plain values (SQLInsertCompiler.prepare_value).
-        return statement, [f.get_db_prep_save(f.pre_save(obj, add=True), connection=connection) for f in fields]
+        # What the compiler does for each value of a row of plain values (SQLInsertCompiler.prepare_value), with
+        # the connection itself rather than django.db.connection, a proxy that looks it up on every use.
+        db = connections[DEFAULT_DB_ALIAS]
+        return statement, [f.get_db_prep_save(f.pre_save(obj, add=True), connection=db) for f in fields]
     query = sql.InsertQuery(type(obj), **on_conflict)
     query.insert_values(fields, [obj])
     [(statement, params)] = query.get_compiler(DEFAULT_DB_ALIAS).as_sql()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.utils import timezone
 
 from pilot_status import metrics
@@ -66,12 +66,13 @@ def load(model: type[M], values: Sequence[Any]) -> M:
     """A model instance from raw column values, converted as the ORM would (JSON, …)."""
     attnames, converting = _loading(model)
     converted = list(values)
+    db = connections[DEFAULT_DB_ALIAS]  # django.db.connection is a proxy that looks it up on every use
     for position, converters, column in converting:
         value = converted[position]
         for converter in converters:
-            value = converter(value, column, connection)
+            value = converter(value, column, db)
         converted[position] = value
-    return model.from_db(connection.alias, attnames, converted)
+    return model.from_db(db.alias, attnames, converted)
 
 
 @functools.cache
@@ -230,7 +231,8 @@ def compare_and_set_ctes(
             shape.append((name, _PLAIN))
             values.append(value)
     setting, preparers = _setting(tuple(shape))
-    params = [None if value is None and keeps_none else prepare(value, connection)
+    db = connections[DEFAULT_DB_ALIAS]  # django.db.connection is a proxy that looks it up on every use
+    params = [None if value is None and keeps_none else prepare(value, db)
               for value, (prepare, keeps_none) in zip(values, preparers)]
     params += [*ref_params, _text_array(tuple(from_statuses))]
     if lease_token is not None:
