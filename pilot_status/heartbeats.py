@@ -76,11 +76,20 @@ class Process:
         self.key = f"{PROCESS_PREFIX}{name}@{self.host}:{self.pid}"
         self._last = 0.0
         self._stopped = False
+        # A beat and the stop's removal, one at a time: a background beat already past its check would
+        # otherwise write the heartbeat back after the removal.
+        self._writing = threading.Lock()
 
     def beat(self, force: bool = False) -> None:
         now = time.time()
-        if self._stopped or (not force and now - self._last < _settings().HEARTBEAT_SECONDS):
+        if not force and now - self._last < _settings().HEARTBEAT_SECONDS:
             return
+        with self._writing:
+            if self._stopped:
+                return
+            self._write(now)
+
+    def _write(self, now: float) -> None:
         self._last = now
         value = {"process": self.name, "host": self.host, "pid": self.pid, "at": now, "started": self.started}
         try:
@@ -96,7 +105,11 @@ class Process:
 
     def forget(self) -> None:
         """A clean stop: the process leaves the page instead of turning stale."""
-        self._stopped = True  # a background beat after this would bring it back
+        with self._writing:
+            self._stopped = True  # no beat after this
+            self._remove()
+
+    def _remove(self) -> None:
         try:
             pipe = _redis().pipeline(transaction=False)
             pipe.delete(self.key)
