@@ -37,11 +37,20 @@ def _b8_gateway(b8: dict[str, Any]) -> str:
                             ", and how late its event loop ran is in the second table")
 
 
-def _b8_bar(b8: dict[str, Any]) -> tuple[float, str]:
-    """What B8's throughput is judged against: the caps, or the measured CPU ceiling where lower."""
+def _b8_bar(b8: dict[str, Any], r: dict[str, Any] | None = None) -> tuple[float, str]:
+    """What B8's throughput (run `r`'s, or the runs' as a whole) is judged against: the caps, or the measured CPU
+    ceiling where lower."""
     caps = b8["runs"][0]["pacing_caps_per_s"] if b8["runs"] else float("nan")
     if "bar_per_s" not in b8:  # a run from before the ceiling was measured
         return caps, f"sum of pacing caps {num(caps)}/s"
+    if "ceilings" in b8:  # a ceiling right before each judged run and one after the last
+        ceilings = [c["throughput_per_s"] for c in b8["ceilings"]]
+        if r is not None and r.get("ceilings_around"):
+            before, after = (ceilings[i] for i in r["ceilings_around"])
+            return r["bar_per_s"], (f"lower of the caps ({num(caps)}/s) and the CPU ceiling (the mean of "
+                                    f"{num(before, 1)}/s just before and {num(after, 1)}/s just after)")
+        return b8["bar_per_s"], (f"lower of the caps ({num(caps)}/s) and the CPU ceiling (the mean of "
+                                 + ", ".join(f"{num(c, 1)}" for c in ceilings) + " /s)")
     ceiling = b8["ceiling"]["throughput_per_s"]
     if "ceiling_after" in b8:
         after = b8["ceiling_after"]["throughput_per_s"]
@@ -59,10 +68,10 @@ def _b8_otp(r: dict[str, Any]) -> str:
 
 def _row_b8(b8: dict[str, Any]) -> list[str]:
     rows = []
-    bar, bar_text = _b8_bar(b8)
     for r in b8["runs"]:
         if r["pool"] != "threads":
             continue
+        _, bar_text = _b8_bar(b8, r)
         old = next((o for o in b8["runs"] if o["pool"] == "prefork" and o["latency_s"] == r["latency_s"]), None)
         share = r.get("share_of_bar", r["share_of_caps"])
         rows.append(f"| B8 | at {num(r['latency_s'], 1)} s latency, typing on: {num(r['throughput_per_s'], 1)} UTILITY/s "
@@ -120,6 +129,11 @@ def callbacks_core(run: dict[str, Any]) -> tuple[float, float]:
     return got, (1000 / per_ms if per_ms else math.nan)
 
 
+_CEILINGS_AROUND = ("in the same run right before each threads run and once after the last (the table below, in the "
+                    "order they ran); each threads run is judged against the lower of the caps and the mean of the "
+                    "two ceilings on either side of it, the prefork runs shown against the mean of them all")
+
+
 def _appendix_b8(b8: dict[str, Any], results: dict[str, Any]) -> list[str]:
     typing_s = b8["text_chars"] * int(b8["typing"]["TYPING_DELAY_MS_PER_CHAR"]) / 1000
     out = [f"{b8['messages']:,} UTILITY messages ({b8['text_chars']} characters: about {typing_s:.1f} s of typing) "
@@ -127,13 +141,16 @@ def _appendix_b8(b8: dict[str, Any], results: dict[str, Any]) -> list[str]:
            f"alongside, each run {num(b8['window_s'])} s; throughput counted from when the first sends could be back "
            "(latency + the longest typing + 1 s) to the end. The simulator answers sendText after the latency. The "
            "lane workers run each pool in turn; the summary judges the threads pool (the product's). The CPU ceiling "
-           "is the same scenario on the threads pool with nothing to wait on (latency 0, typing off), measured first "
-           f"{'and last ' if 'ceiling_after' in b8 else ''}in the same run; each run is judged against "
-           f"{_b8_bar(b8)[1]}. " + _b8_gateway(b8), "",
+           "is the same scenario on the threads pool with nothing to wait on (latency 0, typing off), measured "
+           + (_CEILINGS_AROUND if "ceilings" in b8 else f"first {'and last ' if 'ceiling_after' in b8 else ''}in the "
+              f"same run; each run is judged against {_b8_bar(b8)[1]}") + ". " + _b8_gateway(b8), "",
            "| pool | latency | UTILITY sent/s | × bar | sendText in flight (max) | OTP p50 / p99 | peak RSS worker "
            "| peak DB connections (worker / all) | machine busy |", "|---|---|---|---|---|---|---|---|---|"]
-    runs = (([{**b8["ceiling"], "pool": "threads (ceiling: typing off)"}] if "ceiling" in b8 else []) + b8["runs"]
-            + ([{**b8["ceiling_after"], "pool": "threads (ceiling again)"}] if "ceiling_after" in b8 else []))
+    if "ceilings" in b8:
+        runs = sorted(b8["ceilings"] + b8["runs"], key=lambda r: r["seq"])
+    else:
+        runs = (([{**b8["ceiling"], "pool": "threads (ceiling: typing off)"}] if "ceiling" in b8 else []) + b8["runs"]
+                + ([{**b8["ceiling_after"], "pool": "threads (ceiling again)"}] if "ceiling_after" in b8 else []))
     for r in runs:
         conns = r["peak_db_connections"]
         out.append(f"| {r['pool']} | {num(r['latency_s'], 1)} s | {num(r['throughput_per_s'], 1)} "

@@ -1,6 +1,7 @@
 """B8's OTP target is judged on each OTP's time less the simulator's own lateness on its call
 (bench/scenarios/b8_slow_gateway.punctual_ms); the report shows that figure beside the measured one. Its
-throughput is judged against the caps or the mean of the CPU ceilings measured first and last."""
+throughput is judged against the caps or the mean of the CPU ceilings measured around each run (first and last in
+older recordings)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,12 @@ def test_the_report_names_both_ceilings_and_reads_a_recording_with_one() -> None
                                    "86.0/s last)")
     first_only = {"runs": [run], "bar_per_s": 73.7, "ceiling": {"throughput_per_s": 73.7}}
     assert _b8_bar(first_only) == (73.7, "lower of the caps (100/s) and the CPU ceiling (73.7/s)")
+
+
+def test_each_threads_run_is_judged_against_the_ceilings_around_it() -> None:
+    run = {"pacing_caps_per_s": 100.0, "ceilings_around": [1, 2], "bar_per_s": 55.0}
+    b8 = {"runs": [run], "bar_per_s": 60.0, "ceilings": [{"throughput_per_s": 70.0}, {"throughput_per_s": 50.0},
+                                                          {"throughput_per_s": 60.0}]}
+    assert _b8_bar(b8, run) == (55.0, "lower of the caps (100/s) and the CPU ceiling (the mean of 50.0/s just before "
+                                      "and 60.0/s just after)")
+    assert _b8_bar(b8) == (60.0, "lower of the caps (100/s) and the CPU ceiling (the mean of 70.0, 50.0, 60.0 /s)")
