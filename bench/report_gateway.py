@@ -50,7 +50,7 @@ def _b8_bar(b8: dict[str, Any], r: dict[str, Any] | None = None) -> tuple[float,
             return r["bar_per_s"], (f"lower of the caps ({num(caps)}/s) and the CPU ceiling (the mean of "
                                     f"{num(before, 1)}/s just before and {num(after, 1)}/s just after)")
         return b8["bar_per_s"], (f"lower of the caps ({num(caps)}/s) and the CPU ceiling (the mean of "
-                                 + ", ".join(f"{num(c, 1)}" for c in ceilings) + " /s)")
+                                 + ", ".join(f"{num(c, 1)}/s" for c in ceilings) + ")")
     ceiling = b8["ceiling"]["throughput_per_s"]
     if "ceiling_after" in b8:
         after = b8["ceiling_after"]["throughput_per_s"]

@@ -63,4 +63,4 @@ def test_each_threads_run_is_judged_against_the_ceilings_around_it() -> None:
                                                           {"throughput_per_s": 60.0}]}
     assert _b8_bar(b8, run) == (55.0, "lower of the caps (100/s) and the CPU ceiling (the mean of 50.0/s just before "
                                       "and 60.0/s just after)")
-    assert _b8_bar(b8) == (60.0, "lower of the caps (100/s) and the CPU ceiling (the mean of 70.0, 50.0, 60.0 /s)")
+    assert _b8_bar(b8) == (60.0, "lower of the caps (100/s) and the CPU ceiling (the mean of 70.0/s, 50.0/s, 60.0/s)")
