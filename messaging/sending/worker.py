@@ -26,7 +26,7 @@ from .. import consent, health, lifecycle, test_numbers
 from ..choices import WaitingReason
 from ..models import EventKind, FailureReason, Instance, Message
 from . import (
-    answers, breaker, gateway, human_pace, instance_state, lease, lost_answer, own_id, pacing, policy, routing,
+    answers, backlog_hold, breaker, gateway, human_pace, instance_state, lease, lost_answer, own_id, pacing, policy, routing,
     simulated, slots, sticky, turns, typing_delay,
 )
 
@@ -288,17 +288,20 @@ def take_send_slot(message: Message, token: uuid.UUID, route: routing.Route) -> 
 
 def health_allows(message: Message, token: uuid.UUID, route: routing.Route) -> bool:
     """A resting or restricted official number sends nothing either (messaging.governor): False when the message went
-    back to Postgres, WAITING `resting`/`restricted`, looked at again a policy minute later, no attempt used. An
-    instance Evolution says it does not have (connectionState 404) is not held: Evolution logs a deleted instance out
-    first, and its messages must meet the 404 of the send and fail INSTANCE_NOT_FOUND, not wait for their deadline."""
+    back to Postgres, WAITING `resting`/`restricted`, looked at again a policy minute later, no attempt used, and the
+    number's other due messages with it (backlog_hold). An instance Evolution says it does not have (connectionState
+    404) is not held: Evolution logs a deleted instance out first, and its messages must meet the 404 of the send and
+    fail INSTANCE_NOT_FOUND, not wait for their deadline."""
     instance = route.instance
     if not health.sends_nothing(instance.health_state) or instance_state.current(instance) == gateway.MISSING:
         return True
     forget_probe(instance, route)
     metrics.messages(f"held:{instance.health_state}:{message.lane}")
-    until = timezone.now() + policy.real(policy.RESTING_RECHECK_S, slots.scale())
-    lifecycle.requeue(message, token, min(until, message.deliver_until), EventKind.WAITING,
-                      detail={"why": instance.health_state, "instance": instance.name})
+    now = timezone.now()
+    until = now + policy.real(policy.RESTING_RECHECK_S, slots.scale())
+    detail = {"why": instance.health_state, "instance": instance.name}
+    lifecycle.requeue(message, token, min(until, message.deliver_until), EventKind.WAITING, detail=detail)
+    backlog_hold.hold_due_backlog(instance.pk, until, detail, now)
     return False
 
 

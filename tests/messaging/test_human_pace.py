@@ -4,6 +4,7 @@ says why, or fails EXPIRED naming the limit."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -151,6 +152,36 @@ def test_a_resting_official_number_holds_its_sends_until_its_deadline_names_it(s
     assert reconciler.expire_overdue() == 1
     shown = body(alice, message_id)
     assert (shown["status"], shown["failureReason"]) == ("FAILED", "EXPIRED") and "resting" in shown["failureDetail"]
+
+
+def test_a_resting_official_numbers_held_send_holds_its_whole_backlog(simulator, alice, alice_instance, carol):
+    # One claim's verdict on the number is the verdict on its due backlog. Without it, the relay released the
+    # backlog at the number's pace and every message went through the broker and a worker to be held one at a time,
+    # again each policy minute: a large backlog churned through the pipeline for as long as its number rested.
+    open_on_simulator(simulator, alice_instance)
+    Instance.objects.filter(pk=alice_instance.pk).update(health_state="resting")
+    backlog = queue(alice, "UTILITY", 12)
+    soon = backlog[0]
+    Message.objects.filter(pk=soon).update(deliver_until=timezone.now() + timedelta(seconds=20))
+    other_number = add_instance(carol.project, "carol-main")
+    [elsewhere] = queue(carol, "UTILITY", 1)
+    assert Message.objects.get(pk=elsewhere).instance_id == other_number.pk
+
+    assert dispatch.release_due(limit=1, lanes=("utility",)).released == 1
+    [first] = Message.objects.filter(pk__in=backlog, dispatched_at__isnull=False).values_list("pk", flat=True)
+    assert worker.send_one(str(first)) == "held"
+
+    assert release().released == 1  # carol's message only: the resting number's backlog waits in Postgres
+    assert Message.objects.get(pk=elsewhere).dispatched_at is not None
+    now = timezone.now()
+    for message_id in backlog:
+        shown = body(alice, message_id)
+        assert shown["waitingReason"] == "resting"
+        assert [line["detail"]["why"] for line in shown["events"] if line["type"] == "WAITING"] == ["resting"]
+    due = dict(OutboxEntry.objects.filter(message_id__in=backlog).values_list("message_id", "available_at"))
+    assert len(due) == 12 and all(at > now + timedelta(seconds=15) for at in due.values())
+    assert due[uuid.UUID(soon)] <= Message.objects.get(pk=soon).deliver_until  # never past its deadline
+    assert sends_ok(simulator, alice_instance.name) == []
 
 
 def test_a_restricted_official_number_holds_its_sends_as_restricted(simulator, alice, alice_instance):
