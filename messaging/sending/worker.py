@@ -26,8 +26,8 @@ from .. import consent, health, lifecycle, test_numbers
 from ..choices import WaitingReason
 from ..models import EventKind, FailureReason, Instance, Message
 from . import (
-    answers, backlog_hold, breaker, gateway, human_pace, instance_state, lease, lost_answer, own_id, pacing, policy, routing,
-    simulated, slots, sticky, turns, typing_delay,
+    answers, backlog_hold, breaker, gateway, human_pace, instance_state, lease, lost_answer, own_id, pacing, policy,
+    routing, simulated, slots, sticky, turns, typing_delay,
 )
 
 T = TypeVar("T")
