@@ -40,7 +40,8 @@ def test_it_holds_the_numbers_due_entries_in_batches_and_nothing_else(alice, ali
     assert set(Message.objects.filter(pk__in=backlog).values_list("hold_reason", flat=True)) == {"resting|alice-main|"}
     assert waiting_lines(backlog) == 6  # one each: held twice for the same reason is one line
     assert Message.objects.get(pk=later).hold_reason is None and waiting_lines([later]) == 0
-    assert all(at <= now for at in OutboxEntry.objects.filter(message_id__in=elsewhere).values_list("available_at", flat=True))
+    others = OutboxEntry.objects.filter(message_id__in=elsewhere).values_list("available_at", flat=True)
+    assert all(at <= now for at in others)
 
 
 def test_an_entry_is_never_held_past_its_deadline(alice, alice_instance):
