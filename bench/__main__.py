@@ -1,6 +1,6 @@
 """`python -m bench`: start the real stack on a bench database, run the scenarios, write the report.
 
-    python -m bench                       # full run, writes docs/benchmarks.md (under 15 min here)
+    python -m bench                       # full run, writes docs/benchmarks.md (about 40 min on 2 cores)
     python -m bench --only B1,B3          # a subset
     python -m bench --smoke --out X.md    # tiny sizes (tests/bench/test_bench_smoke.py)
     python -m bench --set b2_messages=20000 --set runs=5

@@ -403,7 +403,7 @@ def header(results: dict[str, Any]) -> list[str]:
         f"- Runs per figure: {sizes['runs']} (B1: {sizes.get('b1_runs', sizes['runs'])}, "
         f"B2: {_runs_of(results, 'B2', sizes['b2_runs'])}, B5: {_runs_of(results, 'B5', sizes['b5_runs'])}, "
         f"B7: {_runs_of(results, 'B7', sizes.get('b7_runs', '–'))}, B4: 1); figures are the median with (min–max).",
-        "- How to run: `make bench` (every scenario, about 35 minutes; nothing else should run meanwhile), "
+        "- How to run: `make bench` (every scenario, about 40 minutes; nothing else should run meanwhile), "
         "`make bench ARGS=\"--only B1,B3\"` for a subset, `--set name=value` or `BENCH_<NAME>` for a size "
         "(bench/sizes.py). This page is rendered from the runs kept in bench/results/: `results.json` (written "
         "there by every run that writes this page), `ablation.json` and `paired.json` (the tables of a `--ablation` "
