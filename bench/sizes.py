@@ -33,7 +33,7 @@ class Sizes:
     b4_outage_seconds: float = 60.0
     b4_drain_timeout: float = 200.0
     b5_events: int = 20_000         # as issue 7 names it; 4,000 read 0.1-0.25x lower (start-up and tail weigh more)
-    b5_runs: int = 3                # likewise: one pass stalled at half rate (263 against 532 events/s) decided a median of two
+    b5_runs: int = 3                # likewise: one pass at half rate (263 against 532 events/s) decided a median of two
     b5_pending: int = 300           # the next batch of events is asked for once at most this many webhooks are pending
     b5_batch: int = 100             # events per control call to the simulator
     b6_backlog: int = 50_000
